@@ -1,0 +1,1 @@
+"""One module per trigger: plain synchronous functions (connection, request, now) -> reply."""

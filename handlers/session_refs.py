@@ -1,0 +1,86 @@
+"""A session's ordered message list, shared by store, evict, compact and repair."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import apsw
+
+
+def ensure_session(conn: apsw.Connection, agent_id: str, session_id: str, now: int) -> None:
+    conn.execute(
+        "INSERT INTO sessions (agent_id, id, created_at, updated_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (agent_id, id) DO UPDATE SET updated_at = excluded.updated_at",
+        (agent_id, session_id, now, now),
+    )
+
+
+def append_message(
+    conn: apsw.Connection,
+    agent_id: str,
+    session_id: str,
+    ref: tuple[str, str, int],
+    now: int,
+) -> bool:
+    """Append (memory id, role, timestamp) unless that memory is already in the list.
+
+    The session is created if new and its updatedAt becomes now either way.
+    """
+    ensure_session(conn, agent_id, session_id, now)
+    memory_id, role, timestamp = ref
+    present = conn.execute(
+        "SELECT 1 FROM session_messages WHERE agent_id = ? AND session_id = ? AND memory_id = ?",
+        (agent_id, session_id, memory_id),
+    ).fetchone()
+    if present:
+        return False
+    conn.execute(
+        "INSERT INTO session_messages (agent_id, session_id, position, memory_id, role, timestamp) "
+        "SELECT ?, ?, coalesce(max(position), 0) + 1, ?, ?, ? FROM session_messages "
+        "WHERE agent_id = ? AND session_id = ?",
+        (agent_id, session_id, memory_id, role, timestamp, agent_id, session_id),
+    )
+    return True
+
+
+def read_messages(
+    conn: apsw.Connection, agent_id: str, session_id: str
+) -> list[tuple[str | None, str, int]]:
+    """The list in order, as (memory id or None, role, timestamp)."""
+    return [
+        (row[0], row[1], row[2])
+        for row in conn.execute(
+            "SELECT memory_id, role, timestamp FROM session_messages "
+            "WHERE agent_id = ? AND session_id = ? ORDER BY position",
+            (agent_id, session_id),
+        )
+    ]
+
+
+def write_messages(
+    conn: apsw.Connection,
+    agent_id: str,
+    session_id: str,
+    refs: Iterable[tuple[str | None, str, int]],
+) -> None:
+    """Replace the whole list."""
+    conn.execute(
+        "DELETE FROM session_messages WHERE agent_id = ? AND session_id = ?",
+        (agent_id, session_id),
+    )
+    conn.executemany(
+        "INSERT INTO session_messages (agent_id, session_id, position, memory_id, role, timestamp) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (agent_id, session_id, position, memory_id, role, timestamp)
+            for position, (memory_id, role, timestamp) in enumerate(refs, start=1)
+        ],
+    )
+
+
+def remove_memories(conn: apsw.Connection, agent_id: str, memory_ids: Iterable[str]) -> None:
+    """Take evicted memories out of every session of their agent."""
+    conn.executemany(
+        "DELETE FROM session_messages WHERE agent_id = ? AND memory_id = ?",
+        [(agent_id, memory_id) for memory_id in memory_ids],
+    )

@@ -1,0 +1,137 @@
+"""memory::store: dedup by content hash per agent, estimate importance, keep the session list."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Any
+
+import apsw
+import msgspec
+import numpy as np
+from msgspec import UNSET
+
+from handlers.session_refs import append_message
+from schema.errors import InvalidRequest, PayloadTooLarge
+from schema.memory import StoreReply, StoreRequest
+
+MAX_METADATA_BYTES = 16 * 1024
+ATTENTION_WORDS = ("error", "bug", "fix", "critical")
+Embedding = tuple[str, np.ndarray[Any, np.dtype[np.float32]]]
+
+
+def content_hash(content: str) -> str:
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
+def estimate_importance(content: str, role: str) -> float:
+    importance = 0.5
+    if role == "assistant":
+        importance += 0.1
+    if len(content.encode("utf-8")) > 500:
+        importance += 0.1
+    lowered = content.lower()
+    if any(word in lowered for word in ATTENTION_WORDS):
+        importance += 0.15
+    if "```" in content:
+        importance += 0.1
+    return min(1.0, importance)
+
+
+def check_store(req: StoreRequest, max_content_bytes: int) -> None:
+    """Refuse what the struct's types cannot express: blank or oversize content and metadata."""
+    if not req.content.strip():
+        raise InvalidRequest("content must not be blank (at `$.content`)")
+    size = len(req.content.encode("utf-8", errors="surrogatepass"))
+    if size > max_content_bytes:
+        raise PayloadTooLarge(
+            f"content is {size} bytes, more than the limit of {max_content_bytes} (at `$.content`)"
+        )
+    if req.metadata is not UNSET:
+        encoded = len(msgspec.json.encode(req.metadata))
+        if encoded > MAX_METADATA_BYTES:
+            raise PayloadTooLarge(
+                f"metadata is {encoded} bytes as compact JSON, more than the limit of "
+                f"{MAX_METADATA_BYTES} (at `$.metadata`)"
+            )
+
+
+def insert_memory(
+    conn: apsw.Connection,
+    *,
+    agent_id: str,
+    content: str,
+    role: str,
+    now: int,
+    timestamp: int,
+    importance: float,
+    session_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    embedding: Embedding | None = None,
+) -> tuple[str, bool]:
+    """Store one memory unless the agent has its content already; returns (id, deduplicated).
+
+    Shared by store, session compaction and repair, so every memory is written the same way.
+    """
+    digest = content_hash(content)
+    row = conn.execute(
+        "SELECT id, role, timestamp FROM memories WHERE agent_id = ? AND hash = ?",
+        (agent_id, digest),
+    ).fetchone()
+    if row is not None:
+        memory_id, ref_role, ref_timestamp = str(row[0]), str(row[1]), int(row[2])
+        deduplicated = True
+    else:
+        memory_id, ref_role, ref_timestamp = str(uuid.uuid4()), role, timestamp
+        deduplicated = False
+        conn.execute(
+            "INSERT INTO memories (id, agent_id, role, content, hash, session_id, importance, "
+            "confidence, access_count, last_accessed, timestamp, metadata, embedding, "
+            "embedding_model, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 1.0, 0, ?, ?, ?, ?, ?, ?)",
+            (
+                memory_id,
+                agent_id,
+                role,
+                content,
+                digest,
+                session_id,
+                importance,
+                timestamp,
+                timestamp,
+                None if metadata is None else msgspec.json.encode(metadata).decode(),
+                None if embedding is None else embedding[1].astype(np.float32).tobytes(),
+                None if embedding is None else embedding[0],
+                now,
+            ),
+        )
+    if session_id is not None:
+        append_message(conn, agent_id, session_id, (memory_id, ref_role, ref_timestamp), now)
+    return memory_id, deduplicated
+
+
+def store(
+    conn: apsw.Connection,
+    req: StoreRequest,
+    *,
+    now: int,
+    max_content_bytes: int,
+    embedding: Embedding | None = None,
+) -> StoreReply:
+    check_store(req, max_content_bytes)
+    memory_id, deduplicated = insert_memory(
+        conn,
+        agent_id=req.agent_id,
+        content=req.content,
+        role=req.role,
+        now=now,
+        timestamp=now if req.timestamp is UNSET else req.timestamp,
+        importance=(
+            estimate_importance(req.content, req.role)
+            if req.importance is UNSET
+            else req.importance
+        ),
+        session_id=None if req.session_id is UNSET else req.session_id,
+        metadata=None if req.metadata is UNSET else req.metadata,
+        embedding=embedding,
+    )
+    return StoreReply(id=memory_id, stored=not deduplicated, deduplicated=deduplicated)

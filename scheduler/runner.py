@@ -1,0 +1,93 @@
+"""Fires due jobs through dispatch, exactly once per fire time across every worker on the file.
+
+A fire time is claimed in the database (an UPDATE only one worker can win) before it runs, so
+several workers sharing the database do not run it twice, and a worker that starts after a
+missed fire time runs it once. The clock and the sleep are injected so tests need not wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from collections.abc import Awaitable, Callable
+from zoneinfo import ZoneInfo
+
+import apsw
+import structlog
+
+from scheduler.jobs import CronJob
+from worker.writer import Writer
+
+log = structlog.get_logger()
+Fire = Callable[[str, bytes], Awaitable[object]]
+
+
+def remember_start(conn: apsw.Connection, job: str, fire_ms: int) -> None:
+    """First start on this file: nothing was missed before now."""
+    conn.execute(
+        "INSERT INTO schedule_claims (job, last_fire) VALUES (?, ?) ON CONFLICT (job) DO NOTHING",
+        (job, fire_ms),
+    )
+
+
+def claim(conn: apsw.Connection, job: str, fire_ms: int) -> bool:
+    conn.execute(
+        "UPDATE schedule_claims SET last_fire = ? WHERE job = ? AND last_fire < ?",
+        (fire_ms, job, fire_ms),
+    )
+    return conn.changes() == 1
+
+
+class Scheduler:
+    def __init__(
+        self,
+        jobs: list[CronJob],
+        *,
+        tz: ZoneInfo,
+        writer: Writer,
+        fire: Fire,
+        clock: Callable[[], int],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.jobs = jobs
+        self._tz = tz
+        self._writer = writer
+        self._fire = fire
+        self._clock = clock
+        self._sleep = sleep
+
+    async def prepare(self) -> None:
+        now = self._clock()
+        for job in self.jobs:
+            fire_ms = job.latest_fire(now, self._tz)
+            await self._writer.run(partial(remember_start, job=job.name, fire_ms=fire_ms))
+
+    async def tick(self) -> list[str]:
+        """Run each job whose latest fire time no worker has claimed yet; return their names."""
+        now = self._clock()
+        fired = []
+        for job in self.jobs:
+            fire_ms = job.latest_fire(now, self._tz)
+            won = await self._writer.run(partial(claim, job=job.name, fire_ms=fire_ms))
+            if won:
+                log.info("schedule.fired", job=job.name, fire_time=fire_ms)
+                await self._fire(job.trigger, job.request)
+                fired.append(job.name)
+        return fired
+
+    def next_fire_times(self) -> dict[str, int]:
+        now = self._clock()
+        return {job.name: job.next_fire(now, self._tz) for job in self.jobs}
+
+    async def run(self) -> None:
+        """Catch up on missed fire times, then sleep until each next one, until cancelled."""
+        if not self.jobs:
+            return
+        await self.prepare()
+        while True:
+            try:
+                await self.tick()
+            except Exception as error:
+                log.error("schedule.failed", error=type(error).__name__)
+            wake = min(self.next_fire_times().values())
+            await self._sleep(max(0.0, (wake - self._clock()) / 1000))

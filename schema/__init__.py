@@ -1,0 +1,1 @@
+"""Wire structs, errors and SQL migrations: everything that crosses the worker's edges."""

@@ -1,0 +1,83 @@
+"""Requests and replies of memory::store, recall, evict and consolidate (contract sections 2-5)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from schema.base import AgentId, Millis, Reply, Request, Role, SessionId, Unit
+
+DAY_MS = 86_400_000
+
+
+class StoreRequest(Request, frozen=True):
+    agent_id: AgentId
+    content: str
+    role: Role = "user"
+    session_id: SessionId | UnsetType = UNSET
+    importance: Unit | UnsetType = UNSET
+    timestamp: Millis | UnsetType = UNSET
+    metadata: dict[str, Any] | UnsetType = UNSET
+
+
+class StoreReply(Reply, frozen=True):
+    id: str
+    stored: bool
+    deduplicated: bool
+
+
+class RecallRequest(Request, frozen=True):
+    agent_id: AgentId
+    query: str = ""
+    limit: Annotated[int, msgspec.Meta(ge=1, le=100)] = 10
+    session_id: SessionId | UnsetType = UNSET
+    roles: Annotated[list[Role], msgspec.Meta(min_length=1, max_length=3)] | UnsetType = UNSET
+
+
+class RecalledMemory(Reply, frozen=True):
+    id: str
+    role: str
+    content: str
+    score: float
+    timestamp: int
+    session_id: str | None
+    importance: float
+    confidence: float
+    access_count: int
+    last_accessed: int
+    metadata: dict[str, Any] | None
+
+
+class RecallReply(Reply, frozen=True):
+    memories: list[RecalledMemory]
+
+
+class EvictRequest(Request, frozen=True):
+    max_age: Millis = 30 * DAY_MS
+    min_importance: Unit = 0.2
+    min_confidence: Unit = 0.1
+    cap: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 10_000
+    agent_id: AgentId | UnsetType = UNSET
+    dry_run: bool = False
+
+
+class EvictReply(Reply, frozen=True):
+    evicted: int
+    stale: int
+    low_confidence: int
+    over_cap: int
+    dry_run: bool
+    duration_ms: float
+
+
+class ConsolidateRequest(Request, frozen=True):
+    decay_rate: Unit = 0.05
+    agent_id: AgentId | UnsetType = UNSET
+
+
+class ConsolidateReply(Reply, frozen=True):
+    memories_decayed: int
+    memories_merged: int
+    duration_ms: float

@@ -1,0 +1,113 @@
+"""Refusals per contract section 9: headers, body, a message naming the field, nothing written."""
+
+from __future__ import annotations
+
+import apsw
+import pytest
+
+from tests.support import Client
+from worker.app import App
+
+
+def count_rows(app: App) -> int:
+    conn = apsw.Connection(app.config.db_path)
+    try:
+        total = 0
+        for table in ("memories", "sessions", "session_messages", "kg_entities", "kg_relations"):
+            total += int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+        return total
+    finally:
+        conn.close()
+
+
+BAD_STORES = [
+    (b"{not json", "400", "malformed JSON"),
+    (b"[1, 2]", "400", "Expected `object`"),
+    (b'"text"', "400", "Expected `object`"),
+    (b'{"agentId": "a", "content": "\xff"}', "400", "UTF-8"),
+    (b'{"content": "x"}', "400", "agentId"),
+    (b'{"agentId": "a"}', "400", "content"),
+    (b'{"agentId": null, "content": "x"}', "400", "$.agentId"),
+    (b'{"agentId": 5, "content": "x"}', "400", "$.agentId"),
+    (b'{"agentId": "", "content": "x"}', "400", "$.agentId"),
+    (b'{"agentId": "a", "content": "   "}', "400", "$.content"),
+    (b'{"agentId": "a", "content": "x", "role": "robot"}', "400", "$.role"),
+    (b'{"agentId": "a", "content": "x", "importance": 1.5}', "400", "$.importance"),
+    (b'{"agentId": "a", "content": "x", "importance": -0.1}', "400", "$.importance"),
+    (b'{"agentId": "a", "content": "x", "timestamp": -1}', "400", "$.timestamp"),
+    (b'{"agentId": "a", "content": "x", "timestamp": 1e400}', "400", "out of range"),
+    (b'{"agentId": "a", "content": "x", "metadata": [1]}', "400", "$.metadata"),
+    (b'{"agentId": "a", "content": "x", "sessionId": ""}', "400", "$.sessionId"),
+    (b'{"agentId": "a", "content": "x", "surprise": 1}', "400", "surprise"),
+    (b'{"agentId": "a", "content": "x", "metadata": {"a": ' + b"[" * 5000 + b"]" * 5000 + b"}}",
+     "400", "nested"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("payload", "status", "mentions"), BAD_STORES)
+async def test_a_bad_store_is_refused_naming_the_problem_and_writes_nothing(
+    client: Client, worker: App, payload: bytes, status: str, mentions: str
+) -> None:
+    reply = await client.raw("memory::store", payload)
+    assert reply.code == status
+    assert reply.body["error"]["code"] == "invalid_request"
+    assert mentions in reply.body["error"]["message"]
+    assert reply.description == reply.body["error"]["message"]
+    assert count_rows(worker) == 0
+
+
+async def test_oversize_content_is_payload_too_large(client: Client, worker: App) -> None:
+    reply = await client.call("memory::store", {"agentId": "a", "content": "x" * 524_289})
+    assert reply.code == "413" and reply.body["error"]["code"] == "payload_too_large"
+    assert "$.content" in reply.body["error"]["message"]
+    assert count_rows(worker) == 0
+
+
+async def test_content_at_the_limit_is_accepted(client: Client) -> None:
+    reply = await client.call("memory::store", {"agentId": "a", "content": "é" * 262_144})
+    assert reply.ok, reply
+
+
+async def test_oversize_metadata_is_payload_too_large(client: Client, worker: App) -> None:
+    metadata = {"blob": "x" * 16_384}
+    reply = await client.call("memory::store", {"agentId": "a", "content": "x", "metadata": metadata})
+    assert reply.code == "413" and "$.metadata" in reply.body["error"]["message"]
+    assert count_rows(worker) == 0
+
+
+@pytest.mark.parametrize(
+    ("trigger", "payload", "field"),
+    [
+        ("memory::recall", {"agentId": "a", "limit": 0}, "$.limit"),
+        ("memory::recall", {"agentId": "a", "limit": 101}, "$.limit"),
+        ("memory::recall", {"agentId": "a", "roles": []}, "$.roles"),
+        ("memory::recall", {"agentId": "a", "roles": ["bot"]}, "$.roles"),
+        ("memory::recall", {"agentId": "a", "query": None}, "$.query"),
+        ("memory::recall", {"query": "x"}, "agentId"),
+        ("memory::evict", {"minConfidence": 2}, "$.minConfidence"),
+        ("memory::evict", {"minImportance": -1}, "$.minImportance"),
+        ("memory::evict", {"cap": -1}, "$.cap"),
+        ("memory::evict", {"maxAge": -5}, "$.maxAge"),
+        ("memory::evict", {"dryRun": "yes"}, "$.dryRun"),
+        ("memory::evict", {"agentId": ""}, "$.agentId"),
+        ("memory::consolidate", {"decayRate": 1.01}, "$.decayRate"),
+        ("memory::consolidate", {"decayRate": None}, "$.decayRate"),
+    ],
+)
+async def test_out_of_range_and_wrong_type_values_name_the_field(
+    client: Client, trigger: str, payload: dict[str, object], field: str
+) -> None:
+    reply = await client.call(trigger, payload)
+    assert reply.code == "400"
+    assert field in reply.body["error"]["message"]
+
+
+async def test_an_empty_body_is_an_empty_object(client: Client) -> None:
+    reply = await client.raw("memory::consolidate", b"")
+    assert reply.ok and reply.body["memoriesDecayed"] == 0
+
+
+async def test_the_worker_keeps_serving_after_refusals(client: Client) -> None:
+    for payload, _, _ in BAD_STORES:
+        await client.raw("memory::store", payload)
+    assert (await client.store("a", "still here"))["stored"] is True

@@ -1,0 +1,163 @@
+"""Start and stop in order: database, writer, index, bus, service, scheduler; then the reverse.
+
+Shutdown stops the scheduler and the service's subscriptions first, lets requests in flight
+finish, and only then closes the writer and the file, so nothing acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import apsw
+import structlog
+
+from scheduler.jobs import default_jobs
+from scheduler.runner import Scheduler
+from worker.bus import MemoryService, connect
+from worker.config import Config
+from worker.db import migrate, open_db
+from worker.dispatch import Dispatcher
+from worker.embedded import EmbeddedServer
+from worker.embedders import Embedder, NoEmbedder
+from worker.embedders.bus import BusEmbedder
+from worker.embedders.hashing import HashingModel
+from worker.embedders.local import BatchingEmbedder
+from worker.index import MemoryIndex, install_change_log, take_changes
+from worker.readers import Readers
+from worker.registry import ROUTES
+from worker.services import Services
+from worker.writer import Writer
+
+log = structlog.get_logger()
+DRAIN_SECONDS = 8.0
+INDEX_BYTES = 1024 * 1024 * 1024
+
+
+def make_embedder(config: Config, nc: Any) -> Embedder:
+    if config.embedder == "none":
+        return NoEmbedder()
+    if config.embedder == "bus":
+        return BusEmbedder(nc, timeout=config.embed_timeout)
+    return BatchingEmbedder(HashingModel())
+
+
+class App:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.embedded: EmbeddedServer | None = None
+        self.nc: Any = None
+        self.services: Services | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.service: MemoryService | None = None
+        self.scheduler: Scheduler | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._conn: apsw.Connection | None = None
+        self._data_version = 0
+
+    @property
+    def nats_url(self) -> str:
+        return self.config.nats_url or (self.embedded.url if self.embedded else "")
+
+    async def start(self) -> None:
+        config = self.config
+        db_path = Path(config.db_path)
+        self._conn = conn = open_db(db_path, synchronous=config.synchronous)
+        migrate(conn)
+        install_change_log(conn)
+        self._data_version = int(conn.pragma("data_version"))
+        readers = Readers(db_path)
+        index = MemoryIndex(readers.fresh, INDEX_BYTES)
+        writer = Writer(conn, after_commit=lambda c: self._catch_up(c, index))
+        writer.start()
+        if not config.nats_url:
+            self.embedded = EmbeddedServer(
+                port=config.embedded_port, store_dir=db_path.parent / "nats"
+            )
+            await self.embedded.start()
+        self.nc = await connect(self.nats_url, config)
+        self.services = Services(
+            config=config,
+            writer=writer,
+            readers=readers,
+            index=index,
+            embedder=make_embedder(config, self.nc),
+            nc=self.nc,
+        )
+        self.dispatcher = Dispatcher(self.services, ROUTES)
+        self.service = MemoryService(self.nc, self.dispatcher, config.subject_prefix)
+        await self.service.start(ROUTES)
+        self.scheduler = Scheduler(
+            default_jobs(config.consolidate_cron, config.evict_cron),
+            tz=ZoneInfo(config.cron_tz),
+            writer=writer,
+            fire=self._fire,
+            clock=self.services.clock,
+        )
+        self._tasks.append(asyncio.create_task(self.scheduler.run()))
+        self._tasks.append(asyncio.create_task(self._watch_other_writers()))
+        log.info("worker.started", nats=self.nats_url, db=str(db_path), embedder=config.embedder)
+
+    async def _fire(self, trigger: str, request: bytes) -> object:
+        assert self.dispatcher is not None
+        return await self.dispatcher.handle(trigger, request, source="schedule")
+
+    def _catch_up(self, conn: apsw.Connection, index: MemoryIndex) -> None:
+        """After each commit: apply this worker's changes, and drop the index if another process
+        wrote to the file (its changes are not in our change log)."""
+        try:
+            index.apply(conn, take_changes(conn))
+            version = int(conn.pragma("data_version"))
+            if version != self._data_version:
+                self._data_version = version
+                index.forget_all()
+        except Exception as error:
+            log.error("index.catch_up_failed", error=type(error).__name__)
+            index.forget_all()
+
+    async def _watch_other_writers(self) -> None:
+        assert self.services is not None
+        while True:
+            await asyncio.sleep(1.0)
+            await self.services.writer.run(lambda conn: None)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.service is not None:
+            await self.service.stop(timeout=DRAIN_SECONDS)
+        if self.services is not None:
+            await self.services.embedder.close()
+        if self.nc is not None:
+            with contextlib.suppress(Exception):
+                await self.nc.drain()
+        if self.services is not None:
+            self.services.writer.stop()
+            self.services.readers.close()
+        if self._conn is not None:
+            self._conn.close()
+        if self.embedded is not None:
+            self.embedded.stop()
+        log.info("worker.stopped")
+
+
+async def run(config: Config) -> None:
+    """The daemon: run until SIGTERM or SIGINT, then shut down cleanly."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    app = App(config)
+    try:
+        await app.start()
+        await stop.wait()
+        log.info("worker.stopping")
+    finally:
+        await app.stop()

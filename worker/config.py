@@ -1,0 +1,97 @@
+"""The worker's one configuration struct: flags, then MEMORY_WORKER_* variables, then defaults.
+
+A bad value stops start-up with a message naming the variable, rather than failing later on the
+first request that needs it.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import msgspec
+from croniter import croniter
+
+ENV_PREFIX = "MEMORY_WORKER_"
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+
+
+class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    nats_url: str = ""
+    db_path: str = "./data/memory.db"
+    subject_prefix: str = ""
+    embedder: Literal["builtin", "bus", "none"] = "builtin"
+    embed_timeout: Positive = 5.0
+    max_content_bytes: Annotated[int, msgspec.Meta(ge=1, le=8 * 1024 * 1024)] = 524_288
+    max_in_flight: Annotated[int, msgspec.Meta(ge=1)] = 1024
+    synchronous: Literal["full", "normal"] = "full"
+    consolidate_cron: str = "0 */6 * * *"
+    evict_cron: str = "0 3 * * *"
+    cron_tz: str = "UTC"
+    llm_provider: str = "anthropic"
+    llm_model: str = "claude-haiku-4-5"
+    llm_max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 1024
+    llm_timeout: Positive = 30.0
+    embedded_port: Port = 4222
+    nats_user: str = ""
+    nats_password: str = ""
+    nats_token: str = ""
+    nats_creds: str = ""
+    nats_tls_ca: str = ""
+    nats_tls_cert: str = ""
+    nats_tls_key: str = ""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["auto", "json", "console"] = "auto"
+
+
+FIELDS = frozenset(Config.__struct_fields__)
+
+
+class ConfigError(ValueError):
+    """A configuration value is unusable; the message names the variable."""
+
+
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def load_config(env: Mapping[str, str], **flags: Any) -> Config:
+    """Build the config from an environment mapping and flag values (None means not given)."""
+    raw: dict[str, Any] = {}
+    for field in FIELDS:
+        if env_name(field) in env:
+            raw[field] = env[env_name(field)]
+    raw.update({key: value for key, value in flags.items() if value is not None})
+    try:
+        config = msgspec.convert(raw, Config, strict=False)
+    except msgspec.ValidationError as error:
+        raise ConfigError(_name_variable(str(error))) from None
+    _check_semantics(config)
+    return config
+
+
+def _name_variable(message: str) -> str:
+    for field in sorted(FIELDS, key=len, reverse=True):
+        marker = f"`$.{field}`"
+        if marker in message:
+            return f"{env_name(field)}: {message.replace(' - at ' + marker, '')}"
+    return message
+
+
+def _check_semantics(config: Config) -> None:
+    for field in ("consolidate_cron", "evict_cron"):
+        expression = getattr(config, field)
+        if expression and not croniter.is_valid(expression):
+            raise ConfigError(f"{env_name(field)}: not a valid cron expression: {expression!r}")
+    try:
+        zoneinfo.ZoneInfo(config.cron_tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"{env_name('cron_tz')}: unknown time zone {config.cron_tz!r}") from None
+    if config.subject_prefix and not config.subject_prefix.endswith("."):
+        raise ConfigError(f"{env_name('subject_prefix')}: must end with '.', e.g. 'prod.'")
+    if bool(config.nats_tls_cert) != bool(config.nats_tls_key):
+        raise ConfigError(f"{env_name('nats_tls_cert')} and {env_name('nats_tls_key')} go together")
+    if config.nats_user and not config.nats_password:
+        raise ConfigError(f"{env_name('nats_password')}: required with {env_name('nats_user')}")

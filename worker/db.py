@@ -1,0 +1,64 @@
+"""Opening the SQLite file the same way everywhere, and the user_version migration ladder."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import apsw
+import apsw.bestpractice
+
+Synchronous = Literal["full", "normal"]
+BUSY_TIMEOUT_MS = 10_000
+
+
+class DatabaseTooNew(RuntimeError):
+    """The file was migrated by a newer memory-worker; running old code on it could corrupt it."""
+
+
+def open_db(path: str | Path, *, synchronous: Synchronous = "full") -> apsw.Connection:
+    """Open (creating if needed) with WAL, foreign keys, a busy timeout and the given sync level.
+
+    Pragmas are set one statement at a time: apsw stops a multi-statement execute at the first
+    statement that returns a row.
+    """
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    conn = apsw.Connection(str(path))
+    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    apsw.bestpractice.connection_wal(conn)
+    apsw.bestpractice.connection_enable_foreign_keys(conn)
+    apsw.bestpractice.connection_dqs(conn)
+    apsw.bestpractice.connection_recursive_triggers(conn)
+    conn.pragma("synchronous", synchronous.upper())
+    return conn
+
+
+def migrations() -> list[tuple[int, str]]:
+    """The ordered (version, sql) ladder shipped in schema/migrations."""
+    found = []
+    for entry in resources.files("schema").joinpath("migrations").iterdir():
+        match = re.fullmatch(r"(\d{4})_\w+\.sql", entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.read_text(encoding="utf-8")))
+    found.sort()
+    if [version for version, _ in found] != list(range(1, len(found) + 1)):
+        raise RuntimeError("schema/migrations must be numbered 0001, 0002, ... without gaps")
+    return found
+
+
+def migrate(conn: apsw.Connection) -> int:
+    """Apply every migration newer than the file's user_version, each in its own transaction."""
+    ladder = migrations()
+    current = int(conn.pragma("user_version"))
+    if current > len(ladder):
+        raise DatabaseTooNew(
+            f"database schema version {current} is newer than this memory-worker "
+            f"(knows {len(ladder)}); upgrade memory-worker"
+        )
+    for version, sql in ladder[current:]:
+        with conn:
+            conn.execute(sql)
+            conn.pragma("user_version", version)
+    return len(ladder)

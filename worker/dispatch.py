@@ -1,0 +1,104 @@
+"""decode -> execute -> encode for every trigger, from the bus or the scheduler alike.
+
+Every outcome becomes a reply body plus, for a failure, the error that sets the NATS service
+error headers. Nothing here raises: a handler failure never stops the worker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import structlog
+
+from schema.errors import Internal, InvalidRequest, Unavailable, WorkerError, error_reply
+from worker.registry import Route
+from worker.services import Services
+
+log = structlog.get_logger()
+
+
+@dataclass
+class TriggerStats:
+    requests: int = 0
+    errors: int = 0
+    total_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    body: bytes
+    error: WorkerError | None
+
+
+class Dispatcher:
+    def __init__(self, services: Services, routes: Iterable[Route]) -> None:
+        self.services = services
+        self.routes = {route.trigger: route for route in routes}
+        self._decoders = {
+            route.trigger: msgspec.json.Decoder(route.request_type)
+            for route in self.routes.values()
+        }
+        self._encoder = msgspec.json.Encoder()
+        self.in_flight = 0
+        self.stats = {trigger: TriggerStats() for trigger in self.routes}
+
+    def decode(self, trigger: str, data: bytes) -> Any:
+        try:
+            return self._decoders[trigger].decode(data if data.strip() else b"{}")
+        except msgspec.ValidationError as error:
+            raise InvalidRequest(f"invalid request: {error}") from None
+        except msgspec.DecodeError as error:
+            raise InvalidRequest(f"malformed JSON: {error}") from None
+        except UnicodeDecodeError as error:
+            raise InvalidRequest(f"request is not valid UTF-8 (byte {error.start})") from None
+        except RecursionError:
+            raise InvalidRequest("request is nested too deeply") from None
+
+    async def handle(self, trigger: str, data: bytes, *, source: str = "bus") -> Outcome:
+        started = time.perf_counter()
+        agent = None
+        self.in_flight += 1
+        try:
+            if self.in_flight > self.services.config.max_in_flight:
+                raise Unavailable(
+                    f"more than {self.services.config.max_in_flight} requests in flight; retry"
+                )
+            request = self.decode(trigger, data)
+            agent = getattr(request, "agent_id", None)
+            agent = agent if isinstance(agent, str) else None
+            reply = await self.routes[trigger].execute(self.services, request)
+            if "duration_ms" in getattr(reply, "__struct_fields__", ()):
+                elapsed = round((time.perf_counter() - started) * 1000, 3)
+                reply = msgspec.structs.replace(reply, duration_ms=elapsed)
+            outcome = Outcome(self._encoder.encode(reply), None)
+        except WorkerError as error:
+            outcome = Outcome(self._encoder.encode(error_reply(error)), error)
+        except Exception as error:
+            log.error("trigger.failed", trigger=trigger, error=type(error).__name__, exc_info=True)
+            failure = Internal(f"internal error ({type(error).__name__})")
+            outcome = Outcome(self._encoder.encode(error_reply(failure)), failure)
+        finally:
+            self.in_flight -= 1
+        duration_ms = (time.perf_counter() - started) * 1000
+        self._count(trigger, duration_ms, outcome.error)
+        log.info(
+            "trigger.handled",
+            trigger=trigger,
+            source=source,
+            agent=agent,
+            duration_ms=round(duration_ms, 3),
+            outcome="ok" if outcome.error is None else outcome.error.code,
+        )
+        return outcome
+
+    def _count(self, trigger: str, duration_ms: float, error: WorkerError | None) -> None:
+        stats = self.stats.get(trigger)
+        if stats is None:
+            return
+        stats.requests += 1
+        stats.errors += error is not None
+        stats.total_ms += duration_ms

@@ -1,0 +1,47 @@
+"""Embedders behind one small interface; the worker picks one from MEMORY_WORKER_EMBEDDER.
+
+An embedder turns a batch of texts into unit-length float32 vectors, or None for a text it could
+not embed (the memory is then stored without a vector and the store still succeeds). `name` is
+stored beside every vector: vectors of different names never compare (their cosine is 0).
+Queries and stored passages are told apart because some models (e5) embed them differently.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+Vector = npt.NDArray[np.float32]
+
+
+class Embedder(Protocol):
+    name: str
+
+    async def embed(self, texts: list[str], *, query: bool) -> list[Vector | None]: ...
+
+    async def close(self) -> None: ...
+
+
+class NoEmbedder:
+    """MEMORY_WORKER_EMBEDDER=none: no vectors; recall is keywords, recency and scores alone."""
+
+    name = "none"
+
+    async def embed(self, texts: list[str], *, query: bool) -> list[Vector | None]:
+        return [None] * len(texts)
+
+    async def close(self) -> None:
+        return None
+
+
+def normalise(matrix: npt.ArrayLike) -> npt.NDArray[np.float32]:
+    """Rows scaled to unit length (zero rows stay zero), as float32."""
+    rows: npt.NDArray[Any] = np.asarray(matrix, dtype=np.float32)
+    if rows.ndim == 1:
+        rows = rows[None, :]
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    unit: npt.NDArray[np.float32] = (rows / norms).astype(np.float32)
+    return unit

@@ -1,0 +1,208 @@
+"""Per-agent scoring columns kept in memory, in step with every committed write.
+
+The writer connection carries temporary triggers that log which memories a transaction inserted,
+deleted or re-scored; after each commit the writer applies that log here. Recall then ranks an
+agent without touching SQLite. Agents load on first use and leave, least recently used first,
+when the index outgrows its memory budget. One lock orders loads against applied changes: a load
+reads its snapshot while holding it, so a change is either in the snapshot or applied after.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+
+import apsw
+import numpy as np
+
+from handlers.recall import ROLE_CODES, Columns
+from handlers.text import tokens
+
+CHANGE_LOG = """
+CREATE TEMP TABLE IF NOT EXISTS index_changes (agent_id TEXT, memory_id TEXT, op TEXT);
+CREATE TEMP TRIGGER IF NOT EXISTS index_on_insert AFTER INSERT ON main.memories BEGIN
+    INSERT INTO index_changes VALUES (new.agent_id, new.id, 'upsert'); END;
+CREATE TEMP TRIGGER IF NOT EXISTS index_on_delete AFTER DELETE ON main.memories BEGIN
+    INSERT INTO index_changes VALUES (old.agent_id, old.id, 'delete'); END;
+CREATE TEMP TRIGGER IF NOT EXISTS index_on_rescore
+    AFTER UPDATE OF confidence, importance, timestamp ON main.memories BEGIN
+    INSERT INTO index_changes VALUES (new.agent_id, new.id, 'upsert'); END;
+"""
+ROW_SQL = (
+    "SELECT id, role, session_id, timestamp, importance, confidence, embedding, "
+    "embedding_model, content FROM memories"
+)
+Row = tuple[str, str, str | None, int, float, float, bytes | None, str | None, str]
+
+
+class AgentIndex:
+    """Append-only arrays with a live mask; a deleted row's slot is dropped at the next load."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.row_of: dict[str, int] = {}
+        capacity = 64
+        self.live = np.zeros(capacity, dtype=np.bool_)
+        self.timestamp = np.zeros(capacity, dtype=np.int64)
+        self.importance = np.zeros(capacity, dtype=np.float64)
+        self.confidence = np.zeros(capacity, dtype=np.float64)
+        self.role = np.zeros(capacity, dtype=np.int8)
+        self.session = np.full(capacity, -1, dtype=np.int32)
+        self.session_codes: dict[str, int] = {}
+        self.vectors: dict[str, np.ndarray] = {}
+        self.has_vector: dict[str, np.ndarray] = {}
+        self.posting_lists: dict[str, list[int]] = {}
+        self._postings: dict[str, np.ndarray] | None = None
+        self.dead = 0
+
+    def _grow(self) -> None:
+        capacity = 2 * len(self.live)
+        for name in ("live", "timestamp", "importance", "confidence", "role", "session"):
+            old = getattr(self, name)
+            new = np.full(capacity, -1 if name == "session" else 0, dtype=old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
+        for model, matrix in self.vectors.items():
+            grown = np.zeros((capacity, matrix.shape[1]), dtype=np.float32)
+            grown[: len(matrix)] = matrix
+            self.vectors[model] = grown
+            flags = np.zeros(capacity, dtype=np.bool_)
+            flags[: len(self.has_vector[model])] = self.has_vector[model]
+            self.has_vector[model] = flags
+
+    def upsert(self, row: Row) -> None:
+        memory_id, role, session_id, timestamp, importance, confidence = row[:6]
+        existing = self.row_of.get(memory_id)
+        if existing is not None:
+            self.timestamp[existing] = timestamp
+            self.importance[existing] = importance
+            self.confidence[existing] = confidence
+            return
+        at = len(self.ids)
+        if at == len(self.live):
+            self._grow()
+        self.ids.append(memory_id)
+        self.row_of[memory_id] = at
+        self.live[at] = True
+        self.timestamp[at] = timestamp
+        self.importance[at] = importance
+        self.confidence[at] = confidence
+        self.role[at] = ROLE_CODES[role]
+        if session_id is not None:
+            code = self.session_codes.setdefault(session_id, len(self.session_codes))
+            self.session[at] = code
+        blob, model = row[6], row[7]
+        if blob is not None and model is not None:
+            vector = np.frombuffer(blob, dtype=np.float32)
+            if model not in self.vectors:
+                self.vectors[model] = np.zeros((len(self.live), len(vector)), dtype=np.float32)
+                self.has_vector[model] = np.zeros(len(self.live), dtype=np.bool_)
+            if self.vectors[model].shape[1] == len(vector):
+                self.vectors[model][at] = vector
+                self.has_vector[model][at] = True
+        for token in set(tokens(row[8])):
+            self.posting_lists.setdefault(token, []).append(at)
+        self._postings = None
+
+    def remove(self, memory_id: str) -> None:
+        at = self.row_of.pop(memory_id, None)
+        if at is not None:
+            self.live[at] = False
+            self.dead += 1
+
+    def columns(self) -> Columns:
+        if self._postings is None:
+            self._postings = {
+                token: np.asarray(rows, dtype=np.int64)
+                for token, rows in self.posting_lists.items()
+            }
+        return Columns(
+            ids=self.ids,
+            live=self.live,
+            timestamp=self.timestamp,
+            importance=self.importance,
+            confidence=self.confidence,
+            role=self.role,
+            session=self.session,
+            session_codes=self.session_codes,
+            vectors=self.vectors,
+            has_vector=self.has_vector,
+            postings=self._postings,
+        )
+
+    def nbytes(self) -> int:
+        arrays = [self.live, self.timestamp, self.importance, self.confidence, self.role]
+        size = sum(a.nbytes for a in arrays) + self.session.nbytes
+        size += sum(m.nbytes for m in self.vectors.values())
+        size += sum(8 * len(rows) + 64 for rows in self.posting_lists.values())
+        return int(size) + 120 * len(self.ids)
+
+
+class MemoryIndex:
+    def __init__(self, open_reader: Callable[[], apsw.Connection], max_bytes: int) -> None:
+        self._open_reader = open_reader
+        self._max_bytes = max_bytes
+        self._agents: OrderedDict[str, AgentIndex] = OrderedDict()
+        self.lock = threading.RLock()
+
+    def agent(self, agent_id: str) -> AgentIndex:
+        """The agent's index, loaded from SQLite if absent or too fragmented. Hold `lock`."""
+        found = self._agents.get(agent_id)
+        if found is not None and found.dead <= max(1024, len(found.row_of)):
+            self._agents.move_to_end(agent_id)
+            return found
+        loaded = AgentIndex()
+        conn = self._open_reader()
+        try:
+            for row in conn.execute(ROW_SQL + " WHERE agent_id = ? ORDER BY rowid", (agent_id,)):
+                loaded.upsert(row)
+        finally:
+            conn.close()
+        self._agents[agent_id] = loaded
+        self._shrink(keep=agent_id)
+        return loaded
+
+    def _shrink(self, keep: str) -> None:
+        total = sum(index.nbytes() for index in self._agents.values())
+        while total > self._max_bytes and len(self._agents) > 1:
+            oldest = next(iter(self._agents))
+            if oldest == keep:
+                self._agents.move_to_end(oldest)
+                continue
+            total -= self._agents.pop(oldest).nbytes()
+
+    def forget_all(self) -> None:
+        with self.lock:
+            self._agents.clear()
+
+    def loaded_agents(self) -> int:
+        return len(self._agents)
+
+    def apply(self, conn: apsw.Connection, changes: Iterable[tuple[str, str, str]]) -> None:
+        """Apply (agent, memory id, op) changes committed on conn to the loaded agents."""
+        with self.lock:
+            for agent_id, memory_id, op in changes:
+                index = self._agents.get(agent_id)
+                if index is None:
+                    continue
+                if op == "delete":
+                    index.remove(memory_id)
+                    continue
+                row = conn.execute(ROW_SQL + " WHERE id = ?", (memory_id,)).fetchone()
+                if row is None:
+                    index.remove(memory_id)
+                else:
+                    index.upsert(row)
+
+
+def install_change_log(conn: apsw.Connection) -> None:
+    conn.execute(CHANGE_LOG)
+
+
+def take_changes(conn: apsw.Connection) -> list[tuple[str, str, str]]:
+    """The changes logged since the last call, in order; clears the log."""
+    changes = [(r[0], r[1], r[2]) for r in conn.execute("SELECT * FROM index_changes")]
+    if changes:
+        conn.execute("DELETE FROM index_changes")
+    return changes

@@ -1,0 +1,36 @@
+"""The one table of triggers: name, request struct, and how it executes."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from schema.base import Request
+from schema.memory import ConsolidateRequest, EvictRequest, RecallRequest, StoreRequest
+from worker import routes
+from worker.services import Services
+
+
+@dataclass(frozen=True)
+class Route:
+    trigger: str
+    request_type: type[Request]
+    execute: Callable[[Services, Any], Awaitable[Any]]
+
+    @property
+    def endpoint(self) -> str:
+        """The nats.micro endpoint name: `memory::kg::add` -> `kg_add`."""
+        return "_".join(self.trigger.split("::")[1:])
+
+    def subject(self, prefix: str = "") -> str:
+        return prefix + self.trigger.replace("::", ".")
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("memory::store", StoreRequest, routes.store),
+    Route("memory::recall", RecallRequest, routes.recall),
+    Route("memory::evict", EvictRequest, routes.evict),
+    Route("memory::consolidate", ConsolidateRequest, routes.consolidate),
+)
+BY_TRIGGER = {route.trigger: route for route in ROUTES}

@@ -1,0 +1,70 @@
+"""How each trigger executes: the outside calls (embedder, LLM) and which thread runs the handler.
+
+Handlers stay synchronous and pure; this is the only place that awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from handlers import recall as recall_handler
+from handlers.consolidate import consolidate as consolidate_handler
+from handlers.evict import evict as evict_handler
+from handlers.store import check_store
+from handlers.store import store as store_handler
+from schema.memory import (
+    ConsolidateReply,
+    ConsolidateRequest,
+    EvictReply,
+    EvictRequest,
+    RecallReply,
+    RecallRequest,
+    StoreReply,
+    StoreRequest,
+)
+from worker.embedders import Vector
+from worker.services import Services
+
+
+async def store(s: Services, req: StoreRequest) -> StoreReply:
+    limit = s.config.max_content_bytes
+    check_store(req, limit)
+    [vector] = await s.embedder.embed([req.content], query=False)
+    embedding = None if vector is None else (s.embedder.name, vector)
+    return await s.writer.run(
+        lambda conn: store_handler(
+            conn, req, now=s.clock(), max_content_bytes=limit, embedding=embedding
+        )
+    )
+
+
+def _rank(
+    s: Services, req: RecallRequest, now: int, query_vector: tuple[str, Vector] | None
+) -> list[tuple[str, float]]:
+    with s.index.lock:
+        columns = s.index.agent(req.agent_id).columns()
+        return recall_handler.rank(
+            columns, req, now=now, query_vector=query_vector, keyword_mode=s.keyword_mode
+        )
+
+
+async def recall(s: Services, req: RecallRequest) -> RecallReply:
+    query_vector = None
+    if req.query.strip():
+        [vector] = await s.embedder.embed([req.query], query=True)
+        query_vector = None if vector is None else (s.embedder.name, vector)
+    now = s.clock()
+    ranked = await asyncio.to_thread(_rank, s, req, now, query_vector)
+    if not ranked:
+        return RecallReply(memories=[])
+    return await s.writer.run(
+        lambda conn: recall_handler.mark_recalled(conn, req.agent_id, ranked, now=now)
+    )
+
+
+async def evict(s: Services, req: EvictRequest) -> EvictReply:
+    return await s.writer.run(lambda conn: evict_handler(conn, req, now=s.clock()))
+
+
+async def consolidate(s: Services, req: ConsolidateRequest) -> ConsolidateReply:
+    return await s.writer.run(lambda conn: consolidate_handler(conn, req, now=s.clock()))

@@ -1,0 +1,33 @@
+"""What a route needs to execute a trigger: storage, index, embedder, outside services, clock."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from handlers.recall import KeywordMode
+from worker.config import Config
+from worker.embedders import Embedder
+from worker.index import MemoryIndex
+from worker.readers import Readers
+from worker.writer import Writer
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class Services:
+    config: Config
+    writer: Writer
+    readers: Readers
+    index: MemoryIndex
+    embedder: Embedder
+    nc: Any = None
+    keyword_mode: KeywordMode = "share"
+    clock: Callable[[], int] = wall_clock_ms
+    background: set[asyncio.Task[Any]] = field(default_factory=set)

@@ -1,0 +1,117 @@
+"""The single writer: one connection on one thread, with group commit.
+
+Every write trigger runs here as a job. Jobs that arrive while a commit is in progress are run
+together in the next transaction, each inside its own savepoint so that one failing job rolls back
+alone, and all of them are acknowledged only after the shared COMMIT (and its fsync) returned. That
+keeps `synchronous=FULL` durability at a fraction of the fsyncs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import apsw
+
+T = TypeVar("T")
+MAX_BATCH = 256
+
+
+@dataclass
+class _Job:
+    fn: Callable[[apsw.Connection], Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+    result: Any = None
+    error: BaseException | None = field(default=None)
+
+
+def _settle(job: _Job) -> None:
+    if job.future.done():
+        return
+    if job.error is not None:
+        job.future.set_exception(job.error)
+    else:
+        job.future.set_result(job.result)
+
+
+class Writer:
+    def __init__(
+        self,
+        conn: apsw.Connection,
+        *,
+        after_commit: Callable[[apsw.Connection], None] | None = None,
+        name: str = "memory-writer",
+    ) -> None:
+        """after_commit runs on the writer thread after each successful COMMIT, before any job of
+        the batch is acknowledged (the in-memory index catches up there)."""
+        self._conn = conn
+        self._after_commit = after_commit
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._started = False
+
+    def start(self) -> None:
+        self._started = True
+        self._thread.start()
+
+    async def run(self, fn: Callable[[apsw.Connection], T]) -> T:
+        """Run fn in a transaction on the writer thread; return once it is committed to disk."""
+        loop = asyncio.get_running_loop()
+        job = _Job(fn, loop, loop.create_future())
+        self._jobs.put(job)
+        result: T = await job.future
+        return result
+
+    def stop(self) -> None:
+        """Finish the queued jobs, then stop the thread (the caller closes the connection)."""
+        if self._started:
+            self._jobs.put(None)
+            self._thread.join()
+            self._started = False
+
+    def _loop(self) -> None:
+        while True:
+            first = self._jobs.get()
+            if first is None:
+                return
+            batch = [first]
+            stop_after = False
+            while len(batch) < MAX_BATCH:
+                try:
+                    more = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop_after = True
+                    break
+                batch.append(more)
+            self._commit(batch)
+            if stop_after:
+                return
+
+    def _commit(self, batch: list[_Job]) -> None:
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for job in batch:
+                try:
+                    with conn:  # a savepoint inside the outer transaction
+                        job.result = job.fn(conn)
+                except Exception as error:
+                    job.error = error
+            conn.execute("COMMIT")
+        except Exception as error:
+            if not conn.getautocommit():
+                conn.execute("ROLLBACK")
+            for job in batch:
+                job.error = job.error or error
+        else:
+            if self._after_commit is not None:
+                self._after_commit(conn)
+        for job in batch:
+            job.loop.call_soon_threadsafe(_settle, job)
