@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
+import structlog
 
+from tests.support import Client
 from worker.app import App
 from worker.config import load_config
 from worker.embedded import server_binary
 from worker.logs import configure_logging
-from tests.support import Client
 
 
 def start_nats(store: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -51,6 +52,15 @@ def stop_nats(process: subprocess.Popen[bytes]) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def quiet_logs() -> None:
     """Warnings and errors only, as the worker logs them; tests that read logs capture them."""
+    configure_logging("warning", "console")
+
+
+@pytest.fixture
+def captured_logs() -> Iterator[list[MutableMapping[str, Any]]]:
+    """Every event the worker logs at info level and above, as dicts, during the test."""
+    configure_logging("info", "console")
+    with structlog.testing.capture_logs() as logs:
+        yield logs
     configure_logging("warning", "console")
 
 

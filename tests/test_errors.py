@@ -14,7 +14,8 @@ def count_rows(app: App) -> int:
     try:
         total = 0
         for table in ("memories", "sessions", "session_messages", "kg_entities", "kg_relations"):
-            total += int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+            [(count,)] = conn.execute(f"SELECT count(*) FROM {table}").fetchall()
+            total += int(str(count))
         return total
     finally:
         conn.close()
@@ -70,7 +71,9 @@ async def test_content_at_the_limit_is_accepted(client: Client) -> None:
 
 async def test_oversize_metadata_is_payload_too_large(client: Client, worker: App) -> None:
     metadata = {"blob": "x" * 16_384}
-    reply = await client.call("memory::store", {"agentId": "a", "content": "x", "metadata": metadata})
+    reply = await client.call(
+        "memory::store", {"agentId": "a", "content": "x", "metadata": metadata}
+    )
     assert reply.code == "413" and "$.metadata" in reply.body["error"]["message"]
     assert count_rows(worker) == 0
 

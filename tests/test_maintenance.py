@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import apsw
 
 from tests.support import Client
@@ -10,7 +12,7 @@ from worker.app import App
 DAY = 86_400_000
 
 
-def execute(app: App, sql: str, *params: object) -> list[tuple[object, ...]]:
+def execute(app: App, sql: str, *params: object) -> list[tuple[Any, ...]]:
     conn = apsw.Connection(app.config.db_path)
     conn.set_busy_timeout(5000)
     try:
@@ -25,16 +27,16 @@ async def now_ms(client: Client) -> int:
     return int(memory["lastAccessed"])
 
 
-async def test_evict_counts_stale_low_confidence_and_both_once(
-    client: Client, worker: App
-) -> None:
+async def test_evict_counts_stale_low_confidence_and_both_once(client: Client, worker: App) -> None:
     now = await now_ms(client)
     old = now - 31 * DAY
     stale = await client.store("a", "stale", importance=0.1, timestamp=old)
     both = await client.store("a", "both", importance=0.1, timestamp=old)
     low = await client.store("a", "low", importance=0.9)
     keep_old_important = await client.store("a", "old but important", importance=0.5, timestamp=old)
-    execute(worker, "UPDATE memories SET confidence = 0.05 WHERE id IN (?, ?)", both["id"], low["id"])
+    execute(
+        worker, "UPDATE memories SET confidence = 0.05 WHERE id IN (?, ?)", both["id"], low["id"]
+    )
     reply = await client.ok("memory::evict", {"agentId": "a"})
     assert {k: reply[k] for k in ("evicted", "stale", "lowConfidence", "overCap", "dryRun")} == {
         "evicted": 3, "stale": 2, "lowConfidence": 1, "overCap": 0, "dryRun": False,
@@ -70,7 +72,9 @@ async def test_cap_evicts_lowest_importance_then_confidence_then_older_then_id(
         ("i1-old", 0.1, 1_000), ("i1-new", 0.1, 2_000), ("i3", 0.3, 1_000),
         ("i5", 0.5, 1_000), ("i9", 0.9, 1_000),
     ]:  # fmt: skip
-        made[name] = (await client.store("a", name, importance=importance, timestamp=timestamp))["id"]
+        made[name] = (await client.store("a", name, importance=importance, timestamp=timestamp))[
+            "id"
+        ]
     reply = await client.ok("memory::evict", {"agentId": "a", "cap": 2, "maxAge": 10**14})
     assert reply["overCap"] == 3 and reply["evicted"] == 3
     left = {row[0] for row in execute(worker, "SELECT content FROM memories WHERE agent_id='a'")}

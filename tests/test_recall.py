@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.support import Client
@@ -10,19 +12,12 @@ WEEK = 604_800_000
 DAY = 86_400_000
 
 
-def expected_score(
-    memory: dict[str, object], keyword: float, cosine: float = 0.0
-) -> float:
-    now = memory["lastAccessed"]
-    assert isinstance(now, int) and isinstance(memory["timestamp"], int)
-    age = max(0, now - memory["timestamp"])
-    return (
-        0.50 * cosine
-        + 0.25 * keyword
-        + 0.10 * 0.5 ** (age / WEEK)
-        + 0.10 * float(memory["importance"])  # type: ignore[arg-type]
-        + 0.05 * float(memory["confidence"])  # type: ignore[arg-type]
-    )
+def expected_score(memory: dict[str, Any], keyword: float, cosine: float = 0.0) -> float:
+    """The contract's formula, evaluated at the recall's own `now` (its lastAccessed)."""
+    age = max(0, int(memory["lastAccessed"]) - int(memory["timestamp"]))
+    recency: float = 0.5 ** (age / WEEK)
+    importance, confidence = float(memory["importance"]), float(memory["confidence"])
+    return 0.50 * cosine + 0.25 * keyword + 0.10 * recency + 0.10 * importance + 0.05 * confidence
 
 
 async def test_score_follows_the_formula_with_keyword_share(client: Client) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import apsw
 import pytest
@@ -12,7 +13,7 @@ from tests.support import Client
 from worker.app import App
 
 
-def rows(app: App, sql: str, *params: object) -> list[tuple[object, ...]]:
+def rows(app: App, sql: str, *params: object) -> list[tuple[Any, ...]]:
     conn = apsw.Connection(app.config.db_path)
     try:
         return [tuple(row) for row in conn.execute(sql, params)]
@@ -26,7 +27,9 @@ async def test_store_returns_a_new_uuid_and_keeps_content_and_hash(
     reply = await client.store("a1", "the sky is blue")
     assert reply["stored"] is True and reply["deduplicated"] is False
     assert len(reply["id"]) == 36 and reply["id"][14] == "4"
-    [(content, digest)] = rows(worker, "SELECT content, hash FROM memories WHERE id = ?", reply["id"])
+    [(content, digest)] = rows(
+        worker, "SELECT content, hash FROM memories WHERE id = ?", reply["id"]
+    )
     assert content == "the sky is blue"
     assert digest == hashlib.sha256(b"the sky is blue").hexdigest()
 
@@ -61,9 +64,7 @@ async def test_dedup_is_per_agent(client: Client, worker: App) -> None:
         ("CRITICAL error ```x``` " + "z" * 600, "assistant", 0.95),
     ],
 )
-def test_importance_estimate_follows_the_contract(
-    content: str, role: str, expected: float
-) -> None:
+def test_importance_estimate_follows_the_contract(content: str, role: str, expected: float) -> None:
     assert estimate_importance(content, role) == pytest.approx(min(1.0, expected))
 
 
