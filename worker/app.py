@@ -28,6 +28,7 @@ from worker.embedders.bus import BusEmbedder
 from worker.embedders.hashing import HashingModel
 from worker.embedders.local import BatchingEmbedder
 from worker.index import MemoryIndex, install_change_log, take_changes
+from worker.ingest import Ingest
 from worker.readers import Readers
 from worker.registry import ROUTES
 from worker.services import Services
@@ -55,6 +56,7 @@ class App:
         self.dispatcher: Dispatcher | None = None
         self.service: MemoryService | None = None
         self.scheduler: Scheduler | None = None
+        self.ingest: Ingest | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._conn: apsw.Connection | None = None
         self._data_version = 0
@@ -91,6 +93,8 @@ class App:
         self.dispatcher = Dispatcher(self.services, ROUTES)
         self.service = MemoryService(self.nc, self.dispatcher, config.subject_prefix)
         await self.service.start(ROUTES)
+        if config.ingest:
+            await self._start_ingest()
         self.scheduler = Scheduler(
             default_jobs(config.consolidate_cron, config.evict_cron),
             tz=ZoneInfo(config.cron_tz),
@@ -101,6 +105,20 @@ class App:
         self._tasks.append(asyncio.create_task(self.scheduler.run()))
         self._tasks.append(asyncio.create_task(self._watch_other_writers()))
         log.info("worker.started", nats=self.nats_url, db=str(db_path), embedder=config.embedder)
+
+    async def _start_ingest(self) -> None:
+        assert self.dispatcher is not None
+        ingest = Ingest(self.nc, self.dispatcher, self.config.subject_prefix)
+        try:
+            await ingest.start()
+        except Exception as error:
+            log.error(
+                "ingest.unavailable",
+                error=f"{type(error).__name__}: {error}",
+                hint="durable ingestion needs JetStream on the NATS server",
+            )
+            return
+        self.ingest = ingest
 
     async def _fire(self, trigger: str, request: bytes) -> object:
         assert self.dispatcher is not None
@@ -131,6 +149,8 @@ class App:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self.ingest is not None:
+            await self.ingest.stop(timeout=DRAIN_SECONDS)
         if self.service is not None:
             await self.service.stop(timeout=DRAIN_SECONDS)
         if self.services is not None:

@@ -27,6 +27,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     max_content_bytes: Annotated[int, msgspec.Meta(ge=1, le=8 * 1024 * 1024)] = 524_288
     max_in_flight: Annotated[int, msgspec.Meta(ge=1)] = 1024
     synchronous: Literal["full", "normal"] = "full"
+    ingest: bool = True
     consolidate_cron: str = "0 */6 * * *"
     evict_cron: str = "0 3 * * *"
     cron_tz: str = "UTC"

@@ -7,7 +7,10 @@ JetStream storing beside the database, and it lives exactly as long as the worke
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -43,14 +46,19 @@ class EmbeddedServer:
     async def start(self, timeout: float = 10.0) -> None:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.store_dir / "nats-server.log"
-        command = [
-            server_binary(),
-            "-a", self.host,
-            "-p", str(self.port),
-            "-js",
-            "-sd", str(self.store_dir),
-            "-l", str(log_path),
-        ]  # fmt: skip
+        conf_path = self.store_dir / "nats-server.conf"
+        pid_path = self.store_dir / "nats-server.pid"
+        _stop_orphan(pid_path)
+        # sync_interval always: a message the stream acknowledged survives a power loss too.
+        conf_path.write_text(
+            f"listen: {json.dumps(f'{self.host}:{self.port}')}\n"
+            f"log_file: {json.dumps(str(log_path))}\n"
+            f"pid_file: {json.dumps(str(pid_path))}\n"
+            f"jetstream {{\n  store_dir: {json.dumps(str(self.store_dir))}\n"
+            "  sync_interval: always\n}\n",
+            encoding="utf-8",
+        )
+        command = [server_binary(), "-c", str(conf_path)]
         self._process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -88,6 +96,22 @@ class EmbeddedServer:
                 self._process.kill()
                 self._process.wait()
         self._process = None
+
+
+def _stop_orphan(pid_path: Path) -> None:
+    """Stop the server a worker killed with SIGKILL left behind, so this start can bind."""
+    try:
+        pid = int(pid_path.read_text().strip())
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return
+    if b"nats-server" not in command:
+        return
+    log.warning("nats.embedded_orphan_stopped", pid=pid)
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.05)
 
 
 def _accepts(host: str, port: int) -> bool:

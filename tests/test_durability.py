@@ -1,0 +1,133 @@
+"""A success reply means the write is on disk: kill -9 the worker mid-load and count."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import apsw
+import nats
+
+from tests.conftest import worker_config
+from tests.support import Client
+from worker.app import App
+
+STORES = 4000
+IN_FLIGHT = 64
+
+
+async def wait_for_service(nc: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            await nc.request("$SRV.PING.memory", b"", timeout=0.5)
+            return
+        except Exception:
+            await asyncio.sleep(0.1)
+    raise AssertionError("worker did not come up")
+
+
+async def test_every_acknowledged_store_survives_kill_9(nats_url: str, tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    env = {
+        **os.environ,
+        "MEMORY_WORKER_NATS_URL": nats_url,
+        "MEMORY_WORKER_DB_PATH": str(db),
+        "MEMORY_WORKER_EMBEDDER": "none",
+        "MEMORY_WORKER_LOG_LEVEL": "warning",
+    }
+    process = subprocess.Popen([sys.executable, "-m", "worker", "run"], env=env)
+    nc = await nats.connect(nats_url)
+    client = Client(nc)
+    acknowledged: dict[str, str] = {}
+    try:
+        await wait_for_service(nc)
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        for index in range(STORES):
+            queue.put_nowait(index)
+
+        async def sender() -> None:
+            while not queue.empty():
+                index = queue.get_nowait()
+                content = f"durable memory number {index}"
+                try:
+                    reply = await client.call(
+                        "memory::store", {"agentId": f"agent{index % 4}", "content": content}, 2.0
+                    )
+                except Exception:
+                    continue
+                if reply.ok:
+                    acknowledged[content] = reply.body["id"]
+                if len(acknowledged) >= STORES // 3 and process.poll() is None:
+                    process.send_signal(signal.SIGKILL)
+
+        await asyncio.gather(*(sender() for _ in range(IN_FLIGHT)))
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+    assert process.returncode == -signal.SIGKILL
+    assert STORES // 3 <= len(acknowledged) < STORES, "the kill did not land mid-load"
+
+    conn = apsw.Connection(str(db))
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    on_disk = {str(row[0]): row[1] for row in conn.execute("SELECT content, id FROM memories")}
+    conn.close()
+    lost = {
+        content for content, memory_id in acknowledged.items() if on_disk.get(content) != memory_id
+    }
+    print(f"\ncrash test: {len(acknowledged)} stores acknowledged, {len(lost)} lost, "
+          f"{len(on_disk)} on disk")  # fmt: skip
+    assert lost == set()
+
+    app = App(worker_config(nats_url, db))
+    await app.start()
+    try:
+        for content in list(acknowledged)[:200]:
+            agent = f"agent{int(content.rsplit(' ', 1)[1]) % 4}"
+            again = await client.store(agent, content)
+            assert again == {"id": acknowledged[content], "stored": False, "deduplicated": True}
+    finally:
+        await app.stop()
+        await nc.close()
+
+
+async def test_a_restart_after_kill_9_replaces_the_orphaned_embedded_server(
+    tmp_path: Path,
+) -> None:
+    from tests.test_cli import free_port
+
+    port = free_port()
+    env = {
+        **os.environ,
+        "MEMORY_WORKER_EMBEDDED_PORT": str(port),
+        "MEMORY_WORKER_DB_PATH": str(tmp_path / "memory.db"),
+        "MEMORY_WORKER_EMBEDDER": "none",
+    }
+    env.pop("MEMORY_WORKER_NATS_URL", None)
+    url = f"nats://127.0.0.1:{port}"
+    for round_number in range(2):
+        process = subprocess.Popen(
+            [sys.executable, "-m", "worker", "run"], env=env, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                nc = await nats.connect(url, allow_reconnect=False, connect_timeout=0.5)
+                await wait_for_service(nc, timeout=5)
+                break
+            except Exception:
+                assert time.monotonic() < deadline, f"round {round_number}: no worker"
+                await asyncio.sleep(0.2)
+        reply = await Client(nc).store("a", f"round {round_number}")
+        assert reply["stored"] is True
+        await nc.close()
+        process.send_signal(signal.SIGKILL if round_number == 0 else signal.SIGTERM)
+        process.wait(timeout=15)
+    assert process.returncode == 0

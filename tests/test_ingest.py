@@ -1,0 +1,98 @@
+"""Durable ingestion through the MEMORY_INGEST JetStream stream (fire-and-forget publishers)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import apsw
+import msgspec
+import nats
+
+from tests.conftest import worker_config
+from worker.app import App
+
+
+def memory_count(db: Path) -> int:
+    conn = apsw.Connection(str(db))
+    try:
+        [(count,)] = conn.execute("SELECT count(*) FROM memories").fetchall()
+        return int(str(count))
+    finally:
+        conn.close()
+
+
+async def wait_until(predicate: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+async def test_messages_published_while_the_worker_is_down_are_stored_once_it_starts(
+    nats_url: str, tmp_path: Path
+) -> None:
+    db = tmp_path / "memory.db"
+    first = App(worker_config(nats_url, db))
+    await first.start()  # creates the stream and the durable consumer
+    await first.stop()
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    for index in range(300):
+        body = msgspec.json.encode({"agentId": "a", "content": f"queued {index}"})
+        await js.publish("memory.ingest.store", body, headers={"Nats-Msg-Id": f"m{index}"})
+    # A redelivered or republished message is harmless: the same id is dropped by the stream,
+    # the same content by dedup.
+    await js.publish(
+        "memory.ingest.store", msgspec.json.encode({"agentId": "a", "content": "queued 0"})
+    )
+    assert memory_count(db) == 0
+    second = App(worker_config(nats_url, db))
+    await second.start()
+    try:
+        await wait_until(lambda: memory_count(db) == 300)
+        info = await js.stream_info("MEMORY_INGEST")
+        assert str(info.config.retention) in ("workqueue", "RetentionPolicy.WORK_QUEUE")
+        await asyncio.sleep(0.3)
+        assert (await js.stream_info("MEMORY_INGEST")).state.messages == 0
+        assert memory_count(db) == 300
+    finally:
+        await second.stop()
+        await nc.close()
+
+
+async def test_an_invalid_message_is_dead_lettered_with_its_error_and_not_retried(
+    nats_url: str, tmp_path: Path
+) -> None:
+    db = tmp_path / "memory.db"
+    app = App(worker_config(nats_url, db))
+    await app.start()
+    nc = await nats.connect(nats_url)
+    dead = await nc.subscribe("memory.deadletter.>")
+    try:
+        js = nc.jetstream()
+        await js.publish("memory.ingest.store", b'{"agentId": "a"}')
+        await js.publish("memory.ingest.store", b"not json")
+        await js.publish("memory.ingest.recall", b'{"agentId": "a"}')
+        await js.publish("memory.ingest.store", b'{"agentId": "a", "content": "fine"}')
+        letters = [await dead.next_msg(timeout=10) for _ in range(3)]
+        headers = [letter.headers or {} for letter in letters]
+        errors = sorted(header["Nats-Service-Error"] for header in headers)
+        assert all(header["Nats-Service-Error-Code"] == "400" for header in headers)
+        assert any("content" in error for error in errors)
+        assert any("malformed JSON" in error for error in errors)
+        assert {letter.subject for letter in letters} == {
+            "memory.deadletter.store",
+            "memory.deadletter.recall",
+        }
+        await wait_until(lambda: memory_count(db) == 1)
+        await asyncio.sleep(0.5)
+        assert (await js.stream_info("MEMORY_INGEST")).state.messages == 0
+        kept = await js.stream_info("MEMORY_DEADLETTER")
+        assert kept.state.messages == 3
+    finally:
+        await nc.close()
+        await app.stop()

@@ -1,0 +1,126 @@
+"""Durable ingestion for fire-and-forget publishers: the MEMORY_INGEST JetStream stream.
+
+A message on `memory.ingest.store` is a memory::store request. It is acknowledged only after its
+store is committed, so what is published while no worker runs waits in the stream, and a
+redelivery after a crash is harmless (content dedup). A message that can never succeed (a 4xx
+refusal) is terminated and republished with its error on `memory.deadletter.store`, kept in the
+MEMORY_DEADLETTER stream for inspection; a transient failure is retried after a delay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import structlog
+from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+
+from worker.dispatch import Dispatcher
+
+log = structlog.get_logger()
+INGEST_STREAM = "MEMORY_INGEST"
+DEADLETTER_STREAM = "MEMORY_DEADLETTER"
+CONSUMER = "memory-worker"
+BATCH = 128
+DEADLETTER_DAYS = 14
+ROUTES = {"store": "memory::store"}
+
+
+async def _ensure_stream(js: Any, config: StreamConfig) -> None:
+    try:
+        await js.stream_info(config.name)
+    except NotFoundError:
+        await js.add_stream(config)
+        log.info("ingest.stream_created", stream=config.name)
+
+
+class Ingest:
+    def __init__(self, nc: Any, dispatcher: Dispatcher, prefix: str = "") -> None:
+        self._nc = nc
+        self._js = nc.jetstream()
+        self._dispatcher = dispatcher
+        self._prefix = prefix
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._subscription: Any = None
+        self.processed = 0
+
+    async def start(self) -> None:
+        await _ensure_stream(
+            self._js,
+            StreamConfig(
+                name=INGEST_STREAM,
+                subjects=[f"{self._prefix}memory.ingest.>"],
+                retention=RetentionPolicy.WORK_QUEUE,
+                storage=StorageType.FILE,
+                duplicate_window=120.0,
+            ),
+        )
+        await _ensure_stream(
+            self._js,
+            StreamConfig(
+                name=DEADLETTER_STREAM,
+                subjects=[f"{self._prefix}memory.deadletter.>"],
+                storage=StorageType.FILE,
+                max_age=DEADLETTER_DAYS * 86_400.0,
+            ),
+        )
+        subscription = await self._js.pull_subscribe(
+            f"{self._prefix}memory.ingest.>",
+            durable=CONSUMER,
+            stream=INGEST_STREAM,
+            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=60.0),
+        )
+        self._subscription = subscription
+        self._task = asyncio.create_task(self._consume(subscription))
+
+    async def _consume(self, subscription: Any) -> None:
+        while not self._stopping.is_set():
+            try:
+                messages = await subscription.fetch(BATCH, timeout=1.0)
+            except TimeoutError:
+                continue
+            except Exception as error:
+                log.warning("ingest.fetch_failed", error=type(error).__name__)
+                await asyncio.sleep(1.0)
+                continue
+            await asyncio.gather(*(self._process(message) for message in messages))
+
+    async def _process(self, message: Any) -> None:
+        kind = message.subject.removeprefix(f"{self._prefix}memory.ingest.")
+        trigger = ROUTES.get(kind)
+        if trigger is None:
+            await self._dead(message, "400", f"no ingestible trigger `{kind}` (only store)")
+            return
+        outcome = await self._dispatcher.handle(trigger, message.data, source="ingest")
+        if outcome.error is None:
+            await message.ack()
+            self.processed += 1
+        elif outcome.error.status.startswith("4"):
+            await self._dead(message, outcome.error.status, outcome.error.message)
+        else:
+            await message.nak(delay=2.0)
+
+    async def _dead(self, message: Any, status: str, reason: str) -> None:
+        kind = message.subject.removeprefix(f"{self._prefix}memory.ingest.")
+        headers = {"Nats-Service-Error-Code": status, "Nats-Service-Error": reason}
+        try:
+            await self._js.publish(
+                f"{self._prefix}memory.deadletter.{kind}", message.data, headers=headers
+            )
+        finally:
+            await message.term()
+        log.warning("ingest.dead_letter", subject=message.subject, code=status)
+
+    async def stop(self, timeout: float) -> None:
+        """Finish the batch in hand (its messages are acknowledged), then stop fetching."""
+        self._stopping.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._task, timeout)
+        if self._subscription is not None:
+            # An open pull subscription would hold the connection's drain for its full timeout.
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
