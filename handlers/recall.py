@@ -6,6 +6,7 @@ database; marking the winners as accessed is a small write that also returns the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -39,33 +40,46 @@ class Columns:
     vectors: dict[str, npt.NDArray[np.float32]]
     has_vector: dict[str, npt.NDArray[np.bool_]]
     postings: dict[str, npt.NDArray[np.int64]]
+    # Precomputed per row so that a recall costs a few vector operations: the score's constant
+    # part, 0.10 * importance + 0.05 * confidence, and 2 ** ((timestamp - anchor_ms) / week),
+    # which times 0.5 ** ((now - anchor_ms) / week) is the recency 0.5 ** ((now - timestamp) /
+    # week) (capped at 1 for timestamps in the future).
+    static: npt.NDArray[np.float64]
+    growth: npt.NDArray[np.float64]
+    anchor_ms: int
 
 
-def keyword_scores(
+def static_part(importance: float, confidence: float) -> float:
+    return 0.10 * importance + 0.05 * confidence
+
+
+def growth(timestamp: int, anchor_ms: int) -> float:
+    exponent = (timestamp - anchor_ms) / WEEK_MS
+    return math.inf if exponent > 1023 else 2.0**exponent
+
+
+def keyword_weights(
     columns: Columns, keywords: list[str], mode: KeywordMode
-) -> npt.NDArray[np.float64]:
-    """Share of query keywords found in each memory; `idf` weighs rare keywords more.
+) -> list[tuple[npt.NDArray[np.int64] | None, float]]:
+    """Each query keyword's posting (rows containing it) and its share of the keyword term.
 
-    With equal weights both modes give the same value; a keyword no memory has weighs as much
-    as the rarest one, so an unmatched query word still lowers every memory's share.
+    `share` weighs every keyword alike, as the contract says; `idf` weighs rare ones more (a
+    keyword no memory has weighs as much as the rarest one, so an unmatched query word still
+    lowers every memory's share). With equal weights both give the same value.
     """
-    rows = len(columns.ids)
-    matched = np.zeros(rows, dtype=np.float64)
     if not keywords:
-        return matched
-    live_count = max(1, int(columns.live.sum()))
-    total = 0.0
+        return []
+    weights = []
+    live_count = max(1, len(columns.ids))
     for keyword in keywords:
         posting = columns.postings.get(keyword)
         if mode == "idf":
-            frequency = 0 if posting is None else int(columns.live[posting].sum())
-            weight = float(np.log1p(live_count / max(1, frequency)))
+            frequency = 0 if posting is None else len(posting)
+            weights.append((posting, math.log1p(live_count / max(1, frequency))))
         else:
-            weight = 1.0
-        total += weight
-        if posting is not None and len(posting):
-            matched[posting] += weight
-    return matched / total
+            weights.append((posting, 1.0))
+    total = sum(weight for _, weight in weights)
+    return [(posting, weight / total) for posting, weight in weights]
 
 
 def scores(
@@ -77,23 +91,22 @@ def scores(
     keyword_mode: KeywordMode = "share",
 ) -> npt.NDArray[np.float64]:
     rows = len(columns.ids)
-    cosine = np.zeros(rows, dtype=np.float64)
+    recency = columns.growth[:rows] * 0.5 ** ((now - columns.anchor_ms) / WEEK_MS)
+    np.minimum(recency, 1.0, out=recency)
+    recency *= 0.10
+    total: npt.NDArray[np.float64] = recency
+    total += columns.static[:rows]
+    for posting, weight in keyword_weights(columns, query_keywords(query), keyword_mode):
+        if posting is not None:
+            total[posting] += 0.25 * weight
     if query_vector is not None and query_vector[0] in columns.vectors:
         model, vector = query_vector
         matrix = columns.vectors[model][:rows]
         if matrix.shape[1] == vector.shape[0]:
             cosine = (matrix @ vector).astype(np.float64)
             cosine[~columns.has_vector[model][:rows]] = 0.0
-    keyword = keyword_scores(columns, query_keywords(query), keyword_mode)
-    age = np.maximum(0, now - columns.timestamp[:rows]).astype(np.float64)
-    recency = np.power(0.5, age / WEEK_MS)
-    return (
-        0.50 * cosine
-        + 0.25 * keyword
-        + 0.10 * recency
-        + 0.10 * columns.importance[:rows]
-        + 0.05 * columns.confidence[:rows]
-    )
+            total += 0.50 * cosine
+    return total
 
 
 def rank(
@@ -126,10 +139,14 @@ def rank(
         kth = np.partition(score, len(score) - req.limit)[len(score) - req.limit]
         keep = score >= kth  # every row tied with the k-th competes on the tie-breaks
         candidates, score = candidates[keep], score[keep]
-    found = [
-        (float(score[i]), int(columns.timestamp[row]), columns.ids[int(row)])
-        for i, row in enumerate(candidates)
-    ]
+    timestamp = columns.timestamp[candidates]
+    order = np.lexsort((-timestamp, -score))
+    if len(order) > req.limit:
+        # Rows that tie the last place on score and timestamp compete on id: keep them all.
+        last = order[req.limit - 1]
+        tied = (score[order] == score[last]) & (timestamp[order] == timestamp[last])
+        order = order[: max(req.limit, int(np.flatnonzero(tied)[-1]) + 1)]
+    found = [(float(score[i]), int(timestamp[i]), columns.ids[int(candidates[i])]) for i in order]
     found.sort(key=lambda item: (-item[0], -item[1], item[2]))
     return [(memory_id, value) for value, _, memory_id in found[: req.limit]]
 

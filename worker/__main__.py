@@ -29,6 +29,10 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="exit 0 if a memory worker answers $SRV.PING")
     check.add_argument("--nats-url")
     check.add_argument("--timeout", type=float, default=3.0)
+    bench = commands.add_parser("bench", help="measure latency, throughput, RSS and quality")
+    from worker.bench import add_arguments
+
+    add_arguments(bench)
     mig = commands.add_parser("migrate", help="create or upgrade the database, then exit")
     mig.add_argument("--db", dest="db_path")
     return parser
@@ -104,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _call(config, args, "$SRV.PING.memory", b"") == 2:
             return 1
         return 0
+    if args.command == "bench":
+        from worker.bench import main as bench_main
+
+        return bench_main(args)
     if args.command == "migrate":
         conn = open_db(config.db_path)
         try:

@@ -31,12 +31,11 @@ from worker.index import MemoryIndex, install_change_log, take_changes
 from worker.ingest import Ingest
 from worker.readers import Readers
 from worker.registry import ROUTES
-from worker.services import Services
+from worker.services import Services, wall_clock_ms
 from worker.writer import Writer
 
 log = structlog.get_logger()
 DRAIN_SECONDS = 8.0
-INDEX_BYTES = 1024 * 1024 * 1024
 
 
 def make_embedder(config: Config, nc: Any) -> Embedder:
@@ -73,7 +72,7 @@ class App:
         install_change_log(conn)
         self._data_version = int(conn.pragma("data_version"))
         readers = Readers(db_path)
-        index = MemoryIndex(readers.fresh, INDEX_BYTES)
+        index = MemoryIndex(readers.fresh, config.index_memory_mb * 1024 * 1024, wall_clock_ms)
         writer = Writer(conn, after_commit=lambda c: self._catch_up(c, index))
         writer.start()
         if not config.nats_url:
@@ -89,6 +88,7 @@ class App:
             index=index,
             embedder=make_embedder(config, self.nc),
             nc=self.nc,
+            keyword_mode=config.keyword,
         )
         self.dispatcher = Dispatcher(self.services, ROUTES)
         self.service = MemoryService(self.nc, self.dispatcher, config.subject_prefix)
@@ -141,7 +141,7 @@ class App:
         assert self.services is not None
         while True:
             await asyncio.sleep(1.0)
-            await self.services.writer.run(lambda conn: None)
+            await self.services.writer.run(lambda conn: None, durable=False)
 
     async def stop(self) -> None:
         for task in self._tasks:

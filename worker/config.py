@@ -28,6 +28,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     max_in_flight: Annotated[int, msgspec.Meta(ge=1)] = 1024
     synchronous: Literal["full", "normal"] = "full"
     ingest: bool = True
+    keyword: Literal["share", "idf"] = "share"
+    index_memory_mb: Annotated[int, msgspec.Meta(ge=16)] = 1024
     consolidate_cron: str = "0 */6 * * *"
     evict_cron: str = "0 3 * * *"
     cron_tz: str = "UTC"

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 import apsw
 import numpy as np
 
-from handlers.recall import ROLE_CODES, Columns
+from handlers.recall import ROLE_CODES, Columns, growth, static_part
 from handlers.text import tokens
 
 CHANGE_LOG = """
@@ -39,7 +39,8 @@ Row = tuple[str, str, str | None, int, float, float, bytes | None, str | None, s
 class AgentIndex:
     """Append-only arrays with a live mask; a deleted row's slot is dropped at the next load."""
 
-    def __init__(self) -> None:
+    def __init__(self, anchor_ms: int) -> None:
+        self.anchor_ms = anchor_ms
         self.ids: list[str] = []
         self.row_of: dict[str, int] = {}
         capacity = 64
@@ -49,6 +50,8 @@ class AgentIndex:
         self.confidence = np.zeros(capacity, dtype=np.float64)
         self.role = np.zeros(capacity, dtype=np.int8)
         self.session = np.full(capacity, -1, dtype=np.int32)
+        self.static = np.zeros(capacity, dtype=np.float64)
+        self.growth = np.zeros(capacity, dtype=np.float64)
         self.session_codes: dict[str, int] = {}
         self.vectors: dict[str, np.ndarray] = {}
         self.has_vector: dict[str, np.ndarray] = {}
@@ -56,9 +59,20 @@ class AgentIndex:
         self._postings: dict[str, np.ndarray] | None = None
         self.dead = 0
 
+    _COLUMNS = (
+        "live", "timestamp", "importance", "confidence", "role", "session", "static", "growth",
+    )  # fmt: skip
+
+    def _set_scores(self, at: int, timestamp: int, importance: float, confidence: float) -> None:
+        self.timestamp[at] = timestamp
+        self.importance[at] = importance
+        self.confidence[at] = confidence
+        self.static[at] = static_part(importance, confidence)
+        self.growth[at] = growth(timestamp, self.anchor_ms)
+
     def _grow(self) -> None:
         capacity = 2 * len(self.live)
-        for name in ("live", "timestamp", "importance", "confidence", "role", "session"):
+        for name in self._COLUMNS:
             old = getattr(self, name)
             new = np.full(capacity, -1 if name == "session" else 0, dtype=old.dtype)
             new[: len(old)] = old
@@ -75,9 +89,7 @@ class AgentIndex:
         memory_id, role, session_id, timestamp, importance, confidence = row[:6]
         existing = self.row_of.get(memory_id)
         if existing is not None:
-            self.timestamp[existing] = timestamp
-            self.importance[existing] = importance
-            self.confidence[existing] = confidence
+            self._set_scores(existing, timestamp, importance, confidence)
             return
         at = len(self.ids)
         if at == len(self.live):
@@ -85,9 +97,7 @@ class AgentIndex:
         self.ids.append(memory_id)
         self.row_of[memory_id] = at
         self.live[at] = True
-        self.timestamp[at] = timestamp
-        self.importance[at] = importance
-        self.confidence[at] = confidence
+        self._set_scores(at, timestamp, importance, confidence)
         self.role[at] = ROLE_CODES[role]
         if session_id is not None:
             code = self.session_codes.setdefault(session_id, len(self.session_codes))
@@ -129,19 +139,27 @@ class AgentIndex:
             vectors=self.vectors,
             has_vector=self.has_vector,
             postings=self._postings,
+            static=self.static,
+            growth=self.growth,
+            anchor_ms=self.anchor_ms,
         )
 
     def nbytes(self) -> int:
-        arrays = [self.live, self.timestamp, self.importance, self.confidence, self.role]
-        size = sum(a.nbytes for a in arrays) + self.session.nbytes
+        size = sum(getattr(self, name).nbytes for name in self._COLUMNS)
         size += sum(m.nbytes for m in self.vectors.values())
         size += sum(8 * len(rows) + 64 for rows in self.posting_lists.values())
         return int(size) + 120 * len(self.ids)
 
 
 class MemoryIndex:
-    def __init__(self, open_reader: Callable[[], apsw.Connection], max_bytes: int) -> None:
+    def __init__(
+        self,
+        open_reader: Callable[[], apsw.Connection],
+        max_bytes: int,
+        clock: Callable[[], int],
+    ) -> None:
         self._open_reader = open_reader
+        self._clock = clock
         self._max_bytes = max_bytes
         self._agents: OrderedDict[str, AgentIndex] = OrderedDict()
         self.lock = threading.RLock()
@@ -152,7 +170,7 @@ class MemoryIndex:
         if found is not None and found.dead <= max(1024, len(found.row_of)):
             self._agents.move_to_end(agent_id)
             return found
-        loaded = AgentIndex()
+        loaded = AgentIndex(anchor_ms=self._clock())
         conn = self._open_reader()
         try:
             for row in conn.execute(ROW_SQL + " WHERE agent_id = ? ORDER BY rowid", (agent_id,)):

@@ -58,7 +58,8 @@ async def recall(s: Services, req: RecallRequest) -> RecallReply:
     if not ranked:
         return RecallReply(memories=[])
     return await s.writer.run(
-        lambda conn: recall_handler.mark_recalled(conn, req.agent_id, ranked, now=now)
+        lambda conn: recall_handler.mark_recalled(conn, req.agent_id, ranked, now=now),
+        durable=False,
     )
 
 

@@ -19,11 +19,13 @@ import apsw
 
 T = TypeVar("T")
 MAX_BATCH = 256
+_LEVELS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 
 @dataclass
 class _Job:
     fn: Callable[[apsw.Connection], Any]
+    durable: bool
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
     result: Any = None
@@ -51,6 +53,7 @@ class Writer:
         the batch is acknowledged (the in-memory index catches up there)."""
         self._conn = conn
         self._after_commit = after_commit
+        self._level = self._current_level = _LEVELS[int(conn.pragma("synchronous"))]
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._started = False
@@ -59,10 +62,15 @@ class Writer:
         self._started = True
         self._thread.start()
 
-    async def run(self, fn: Callable[[apsw.Connection], T]) -> T:
-        """Run fn in a transaction on the writer thread; return once it is committed to disk."""
+    async def run(self, fn: Callable[[apsw.Connection], T], *, durable: bool = True) -> T:
+        """Run fn in a transaction on the writer thread; return once it is committed to disk.
+
+        durable=False is for bookkeeping that may be lost on power loss (recall's access
+        counts): a batch of only such jobs commits without an fsync; the next durable commit
+        syncs it along with its own.
+        """
         loop = asyncio.get_running_loop()
-        job = _Job(fn, loop, loop.create_future())
+        job = _Job(fn, durable, loop, loop.create_future())
         self._jobs.put(job)
         result: T = await job.future
         return result
@@ -96,6 +104,10 @@ class Writer:
 
     def _commit(self, batch: list[_Job]) -> None:
         conn = self._conn
+        level = self._level if any(job.durable for job in batch) else "NORMAL"
+        if level != self._current_level:
+            conn.pragma("synchronous", level)
+            self._current_level = level
         try:
             conn.execute("BEGIN IMMEDIATE")
             for job in batch:

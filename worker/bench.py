@@ -1,0 +1,193 @@
+"""`memory-worker bench`: store and recall figures, the NATS floor they are compared to, RSS,
+and (with --locomo) retrieval quality. Performance claims live here, not in timed unit tests.
+
+The worker under test and the echo responder run as processes of their own, so the client's
+load does not share their event loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import nats
+
+from worker.bench_client import BenchClient, percentiles
+from worker.bench_locomo import measure_locomo
+from worker.embedded import EmbeddedServer
+
+AGENT = "bench-agent"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rss_mb(pid: int | None) -> float | None:
+    if pid is None:
+        return None
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return None
+
+
+class Corpus:
+    """Seeded synthetic memories: Zipf-distributed words, so some are common and most rare."""
+
+    def __init__(self, seed: int = 7, words: int = 20_000) -> None:
+        self.random = random.Random(seed)
+        syllables = ["ka", "lo", "mi", "ne", "ru", "ta", "vo", "shi", "pe", "dan", "qu", "el"]
+        self.words = [
+            "".join(self.random.choice(syllables) for _ in range(2 + i % 3)) + str(i % 97)
+            for i in range(words)
+        ]
+        self.weights = [1.0 / (rank + 1) for rank in range(words)]
+
+    def text(self, low: int, high: int) -> str:
+        count = self.random.randint(low, high)
+        return " ".join(self.random.choices(self.words, self.weights, k=count))
+
+
+async def wait_for_service(nc: Any, prefix: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await nc.request("$SRV.PING.memory", b"", timeout=1.0)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the worker did not answer in time") from None
+            await asyncio.sleep(0.2)
+
+
+async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) -> dict[str, Any]:
+    nc = await nats.connect(url)
+    client = BenchClient(nc, args.subject_prefix)
+    await wait_for_service(nc, args.subject_prefix)
+    results: dict[str, Any] = {"memories": args.memories, "concurrency": args.concurrency}
+    echo = [(await client.timed("bench.echo", {"x": 1}))[0] for _ in range(args.echo)]
+    floor = percentiles(echo)
+    results["echo"] = floor
+    results["rss_before_mb"] = rss_mb(worker_pid)
+
+    corpus = Corpus()
+    payloads = [{"agentId": AGENT, "content": corpus.text(8, 40)} for _ in range(args.memories)]
+    _, latencies, seconds = await client.many(
+        "memory.store", payloads, concurrency=args.concurrency
+    )
+    results["store"] = {**percentiles(latencies), "per_second": round(len(payloads) / seconds)}
+
+    queries = [{"agentId": AGENT, "query": corpus.text(3, 6)} for _ in range(args.recalls)]
+    first_ms, _ = await client.timed("memory.recall", queries[0])
+    results["first_recall_ms"] = round(first_ms, 3)
+    sequential = [(await client.timed("memory.recall", q))[0] for q in queries]
+    results["recall"] = percentiles(sequential)
+    _, _, seconds = await client.many("memory.recall", queries * 4, concurrency=16)
+    results["recall"]["per_second_16_in_flight"] = round(len(queries) * 4 / seconds)
+    for name in ("store", "recall"):
+        results[name]["p50_vs_echo"] = round(results[name]["p50_ms"] / floor["p50_ms"], 2)
+    results["rss_after_mb"] = rss_mb(worker_pid)
+    if args.locomo:
+        results["locomo"] = await measure_locomo(client, Path(args.locomo))
+    await nc.close()
+    return results
+
+
+def _spawn(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+
+
+async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="memory-bench-") as scratch:
+        server = None
+        url = args.nats_url
+        if not url:
+            server = EmbeddedServer(port=free_port(), store_dir=Path(scratch) / "nats")
+            await server.start()
+            url = server.url
+        env = {
+            **os.environ,
+            "MEMORY_WORKER_NATS_URL": url,
+            "MEMORY_WORKER_DB_PATH": str(Path(scratch) / "memory.db"),
+            "MEMORY_WORKER_CONSOLIDATE_CRON": "",
+            "MEMORY_WORKER_EVICT_CRON": "",
+            "MEMORY_WORKER_LOG_LEVEL": "warning",
+        }
+        if args.embedder:
+            env["MEMORY_WORKER_EMBEDDER"] = args.embedder
+        if args.keyword:
+            env["MEMORY_WORKER_KEYWORD"] = args.keyword
+        echo = _spawn([sys.executable, "-m", "worker.bench_echo", url], env)
+        worker = None if args.nats_url else _spawn([sys.executable, "-m", "worker", "run"], env)
+        try:
+            results = await measure(args, url, None if worker is None else worker.pid)
+            results["embedder"] = args.embedder or os.environ.get(
+                "MEMORY_WORKER_EMBEDDER", "builtin"
+            )
+            return results
+        finally:
+            for process in (worker, echo):
+                if process is not None:
+                    process.send_signal(signal.SIGTERM)
+                    process.wait(timeout=20)
+            if server is not None:
+                server.stop()
+
+
+def table(results: dict[str, Any]) -> str:
+    rows = [
+        ("embedder", results["embedder"]),
+        ("memories in one agent", results["memories"]),
+        ("NATS echo p50 / p99 ms", f"{results['echo']['p50_ms']} / {results['echo']['p99_ms']}"),
+        ("store p50 / p99 ms", f"{results['store']['p50_ms']} / {results['store']['p99_ms']}"),
+        ("store p50 / echo p50", results["store"]["p50_vs_echo"]),
+        (f"stores per second ({results['concurrency']} in flight)", results["store"]["per_second"]),
+        ("first recall (loads the index) ms", results["first_recall_ms"]),
+        ("recall p50 / p99 ms", f"{results['recall']['p50_ms']} / {results['recall']['p99_ms']}"),
+        ("recall p50 / echo p50", results["recall"]["p50_vs_echo"]),
+        ("recalls per second (16 in flight)", results["recall"]["per_second_16_in_flight"]),
+        ("worker RSS before / after MB", f"{results['rss_before_mb']} / {results['rss_after_mb']}"),
+    ]
+    if "locomo" in results:
+        quality = results["locomo"]
+        rows.append(("LoCoMo questions (categories 1-4)", quality["questions"]))
+        for k in (5, 10):
+            by_category = ", ".join(
+                f"c{c} {v:.3f}" for c, v in quality[f"recall@{k}_by_category"].items()
+            )
+            rows.append((f"LoCoMo recall@{k}", f"{quality[f'recall@{k}']:.3f} ({by_category})"))
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=64, help="stores in flight")
+    parser.add_argument("--recalls", type=int, default=300, help="sequential recalls timed")
+    parser.add_argument("--echo", type=int, default=1000, help="echo round trips timed")
+    parser.add_argument("--embedder", choices=["builtin", "bus", "none"])
+    parser.add_argument("--keyword", choices=["share", "idf"])
+    parser.add_argument("--locomo", help="a LoCoMo-format JSON file (../shared/bench/)")
+    parser.add_argument("--nats-url", help="bench the worker serving on this server instead")
+    parser.add_argument("--subject-prefix", default="")
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+
+
+def main(args: argparse.Namespace) -> int:
+    results = asyncio.run(run_bench(args))
+    print(json.dumps(results) if args.json else table(results))
+    return 0

@@ -1,0 +1,60 @@
+"""The benchmark's client side: timed requests, bounded concurrency, percentiles."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import numpy as np
+
+
+def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
+    values = np.asarray(samples_ms, dtype=np.float64)
+    if len(values) == 0:
+        return {"p50_ms": 0.0, "p99_ms": 0.0}
+    return {
+        "p50_ms": round(float(np.percentile(values, 50)), 3),
+        "p99_ms": round(float(np.percentile(values, 99)), 3),
+    }
+
+
+class BenchClient:
+    def __init__(self, nc: Any, prefix: str = "", timeout: float = 60.0) -> None:
+        self.nc = nc
+        self.prefix = prefix
+        self.timeout = timeout
+
+    async def timed(self, subject: str, payload: Any) -> tuple[float, Any]:
+        data = msgspec.json.encode(payload)
+        started = time.perf_counter()
+        msg = await self.nc.request(self.prefix + subject, data, timeout=self.timeout)
+        elapsed = (time.perf_counter() - started) * 1000
+        if msg.headers and msg.headers.get("Nats-Service-Error-Code"):
+            raise RuntimeError(f"{subject}: {msg.data.decode()}")
+        return elapsed, msgspec.json.decode(msg.data) if msg.data else None
+
+    async def many(
+        self, subject: str, payloads: Sequence[Any], *, concurrency: int
+    ) -> tuple[list[Any], list[float], float]:
+        """Send every payload with at most `concurrency` in flight; replies in payload order,
+        latencies, and wall seconds."""
+        replies: list[Any] = [None] * len(payloads)
+        latencies: list[float] = [0.0] * len(payloads)
+        cursor = iter(range(len(payloads)))
+
+        async def lane() -> None:
+            for index in cursor:
+                latencies[index], replies[index] = await self.timed(subject, payloads[index])
+
+        started = time.perf_counter()
+        await asyncio.gather(*(lane() for _ in range(max(1, concurrency))))
+        return replies, latencies, time.perf_counter() - started
+
+    async def store_many(self, payloads: Sequence[Any], *, concurrency: int) -> list[Any]:
+        return (await self.many("memory.store", payloads, concurrency=concurrency))[0]
+
+    async def recall_many(self, payloads: Sequence[Any], *, concurrency: int) -> list[Any]:
+        return (await self.many("memory.recall", payloads, concurrency=concurrency))[0]

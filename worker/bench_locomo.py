@@ -1,0 +1,90 @@
+"""Retrieval quality on a LoCoMo-format file: one agent per conversation, one memory per turn.
+
+The metric is the one ../shared/bench/README.md describes: for each question of categories
+1-4, the share of its evidence turns among the k memories memory::recall returns.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from worker.bench_client import BenchClient
+
+CATEGORIES = (1, 2, 3, 4)
+DATE_FORMAT = "%I:%M %p on %d %B, %Y"
+
+
+def session_time_ms(text: str) -> int:
+    """'1:56 pm on 8 May, 2023' as ms since the epoch (UTC)."""
+    moment = datetime.strptime(text.strip().upper().replace(" ON ", " on "), DATE_FORMAT)
+    return int(moment.timestamp() * 1000)
+
+
+def turns(sample: dict[str, Any]) -> list[tuple[str, str, int]]:
+    """(dia_id, content, timestamp) of every turn, in order; turns within a session 1 s apart."""
+    conversation = sample["conversation"]
+    found = []
+    for key in sorted(
+        (k for k in conversation if re.fullmatch(r"session_\d+", k)),
+        key=lambda k: int(k.split("_")[1]),
+    ):
+        start = session_time_ms(conversation[f"{key}_date_time"])
+        for offset, turn in enumerate(conversation[key]):
+            content = f"{turn['speaker']}: {turn['text']}"
+            if turn.get("blip_caption"):
+                content += f" [image: {turn['blip_caption']}]"
+            found.append((turn["dia_id"], content, start + 1000 * offset))
+    return found
+
+
+def evidence_ids(raw: list[str]) -> list[str]:
+    """Evidence ids, splitting the few malformed ones ('D8:6; D9:17') and skipping junk."""
+    ids = []
+    for item in raw:
+        for part in item.split(";"):
+            part = part.strip()
+            if re.fullmatch(r"D\d+:\d+", part):
+                ids.append(part)
+    return ids
+
+
+async def measure_locomo(
+    client: BenchClient, path: Path, *, concurrency: int = 32
+) -> dict[str, Any]:
+    samples = json.loads(path.read_text(encoding="utf-8"))
+    hits: dict[int, dict[int, list[float]]] = {5: defaultdict(list), 10: defaultdict(list)}
+    for number, sample in enumerate(samples):
+        agent = f"locomo-{sample.get('sample_id', number)}"
+        stored = await client.store_many(
+            [{"agentId": agent, "content": c, "timestamp": t} for _, c, t in turns(sample)],
+            concurrency=concurrency,
+        )
+        memory_of = {
+            dia: reply["id"] for (dia, _, _), reply in zip(turns(sample), stored, strict=True)
+        }
+        questions = [q for q in sample["qa"] if q.get("category") in CATEGORIES]
+        replies = await client.recall_many(
+            [{"agentId": agent, "query": q["question"], "limit": 10} for q in questions],
+            concurrency=concurrency,
+        )
+        for question, reply in zip(questions, replies, strict=True):
+            wanted = {memory_of[e] for e in evidence_ids(question["evidence"]) if e in memory_of}
+            if not wanted:
+                continue
+            returned = [m["id"] for m in reply["memories"]]
+            for k in (5, 10):
+                share = len(wanted & set(returned[:k])) / len(wanted)
+                hits[k][question["category"]].append(share)
+    result: dict[str, Any] = {"questions": sum(len(v) for v in hits[10].values())}
+    for k in (5, 10):
+        everything = [s for shares in hits[k].values() for s in shares]
+        result[f"recall@{k}"] = sum(everything) / max(1, len(everything))
+        result[f"recall@{k}_by_category"] = {
+            str(c): sum(hits[k][c]) / max(1, len(hits[k][c])) for c in CATEGORIES if hits[k][c]
+        }
+    return result
