@@ -33,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     from worker.bench import add_arguments
 
     add_arguments(bench)
+    backup = commands.add_parser("backup", help="copy the live database consistently to PATH")
+    backup.add_argument("path")
+    backup.add_argument("--db", dest="db_path")
     mig = commands.add_parser("migrate", help="create or upgrade the database, then exit")
     mig.add_argument("--db", dest="db_path")
     return parser
@@ -88,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     flags = {key: getattr(args, key, None) for key in ("nats_url", "db_path")}
     try:
-        config = load_config(os.environ, **(flags if args.command in ("run", "migrate") else {}))
+        config = load_config(os.environ, **(flags if args.command != "fire" else {}))
     except ConfigError as error:
         print(f"memory-worker: configuration error: {error}", file=sys.stderr)
         return 2
@@ -107,6 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check":
         if _call(config, args, "$SRV.PING.memory", b"") == 2:
             return 1
+        return 0
+    if args.command == "backup":
+        from worker.backup import backup_database
+
+        pages = backup_database(config.db_path, args.path)
+        print(f"backed up {config.db_path} to {args.path} ({pages} pages)", file=sys.stderr)
         return 0
     if args.command == "bench":
         from worker.bench import main as bench_main
