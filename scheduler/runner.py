@@ -8,14 +8,15 @@ missed fire time runs it once. The clock and the sleep are injected so tests nee
 from __future__ import annotations
 
 import asyncio
-from functools import partial
 from collections.abc import Awaitable, Callable
+from functools import partial
 from zoneinfo import ZoneInfo
 
 import apsw
 import structlog
 
 from scheduler.jobs import CronJob
+from worker.services import JobRecord
 from worker.writer import Writer
 
 log = structlog.get_logger()
@@ -48,6 +49,7 @@ class Scheduler:
         fire: Fire,
         clock: Callable[[], int],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        records: dict[str, JobRecord] | None = None,
     ) -> None:
         self.jobs = jobs
         self._tz = tz
@@ -55,6 +57,9 @@ class Scheduler:
         self._fire = fire
         self._clock = clock
         self._sleep = sleep
+        self.records = records if records is not None else {}
+        for job in jobs:
+            self.records.setdefault(job.name, JobRecord(cron=job.expression))
 
     async def prepare(self) -> None:
         now = self._clock()
@@ -71,7 +76,11 @@ class Scheduler:
             won = await self._writer.run(partial(claim, job=job.name, fire_ms=fire_ms))
             if won:
                 log.info("schedule.fired", job=job.name, fire_time=fire_ms)
-                await self._fire(job.trigger, job.request)
+                outcome = await self._fire(job.trigger, job.request)
+                error = getattr(outcome, "error", None)
+                record = self.records[job.name]
+                record.last_fire = fire_ms
+                record.last_outcome = "ok" if error is None else str(error.code)
                 fired.append(job.name)
         return fired
 

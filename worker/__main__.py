@@ -6,13 +6,15 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 
 from worker.config import Config, ConfigError, load_config
 from worker.db import DatabaseTooNew, migrate, open_db
 from worker.logs import configure_logging
+
+Render = Callable[[str], str]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,6 +28,10 @@ def _parser() -> argparse.ArgumentParser:
     fire.add_argument("payload", nargs="?", default="{}", help="JSON request, or - for stdin")
     fire.add_argument("--nats-url")
     fire.add_argument("--timeout", type=float, default=30.0, help="seconds (default 30)")
+    stats = commands.add_parser("stats", help="ask a running worker what it has done and holds")
+    stats.add_argument("--nats-url")
+    stats.add_argument("--timeout", type=float, default=10.0)
+    stats.add_argument("--json", action="store_true", help="the memory::stats reply as JSON")
     check = commands.add_parser("check", help="exit 0 if a memory worker answers $SRV.PING")
     check.add_argument("--nats-url")
     check.add_argument("--timeout", type=float, default=3.0)
@@ -45,7 +51,9 @@ def client_url(config: Config, flag: str | None) -> str:
     return flag or config.nats_url or f"nats://127.0.0.1:{config.embedded_port}"
 
 
-async def _request(config: Config, url: str, subject: str, body: bytes, timeout: float) -> int:
+async def _request(
+    config: Config, url: str, subject: str, body: bytes, timeout: float, render: Render
+) -> int:
     from worker.bus import connect
 
     nc = await connect(url, config, reconnect=False)
@@ -53,9 +61,14 @@ async def _request(config: Config, url: str, subject: str, body: bytes, timeout:
         msg = await nc.request(subject, body, timeout=timeout)
     finally:
         await nc.close()
-    sys.stdout.write(msg.data.decode("utf-8", errors="replace").strip() + "\n")
     failed = bool(msg.headers and msg.headers.get("Nats-Service-Error-Code"))
+    text = msg.data.decode("utf-8", errors="replace").strip()
+    sys.stdout.write((text if failed else render(text)) + "\n")
     return 1 if failed else 0
+
+
+def _as_is(text: str) -> str:
+    return text
 
 
 def _fire(config: Config, args: argparse.Namespace) -> int:
@@ -72,12 +85,18 @@ def _fire(config: Config, args: argparse.Namespace) -> int:
     return _call(config, args, subject, payload.encode())
 
 
-def _call(config: Config, args: argparse.Namespace, subject: str, body: bytes) -> int:
+def _call(
+    config: Config,
+    args: argparse.Namespace,
+    subject: str,
+    body: bytes,
+    render: Render = _as_is,
+) -> int:
     import nats.errors
 
     url = client_url(config, args.nats_url)
     try:
-        return asyncio.run(_request(config, url, subject, body, args.timeout))
+        return asyncio.run(_request(config, url, subject, body, args.timeout, render))
     except nats.errors.NoRespondersError:
         print(f"memory-worker: no memory worker answers on {url}", file=sys.stderr)
     except (nats.errors.TimeoutError, TimeoutError):
@@ -107,6 +126,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "fire":
         return _fire(config, args)
+    if args.command == "stats":
+        from worker.stats_table import render
+
+        def table(text: str) -> str:
+            return text if args.json else render(msgspec.json.decode(text))
+
+        subject = config.subject_prefix + "memory.stats"
+        return _call(config, args, subject, b"{}", table)
     if args.command == "check":
         if _call(config, args, "$SRV.PING.memory", b"") == 2:
             return 1

@@ -101,7 +101,9 @@ class App:
             writer=writer,
             fire=self._fire,
             clock=self.services.clock,
+            records=self.services.jobs,
         )
+        self.services.next_fires = self.scheduler.next_fire_times
         self._tasks.append(asyncio.create_task(self.scheduler.run()))
         self._tasks.append(asyncio.create_task(self._watch_other_writers()))
         log.info("worker.started", nats=self.nats_url, db=str(db_path), embedder=config.embedder)

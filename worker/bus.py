@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from typing import Any
 
 import nats
@@ -106,8 +107,30 @@ class MemoryService:
 
         return accept
 
+    def _count_in_micro_stats(self, route: Route, elapsed_ns: int, error: str | None) -> None:
+        """nats.micro times only the hand-off to our task and never sees its errors (the task
+        answers them); add the real processing time and errors so `$SRV.STATS` is right."""
+        assert self._service is not None
+        for endpoint in self._service._endpoints:
+            if endpoint._name == route.endpoint:
+                endpoint._processing_time += elapsed_ns
+                endpoint._average_processing_time = int(
+                    endpoint._processing_time / max(1, endpoint._num_requests)
+                )
+                if error is not None:
+                    endpoint._num_errors += 1
+                    endpoint._last_error = error
+                return
+
     async def _serve(self, route: Route, request: MicroRequest) -> None:
+        started = time.perf_counter_ns()
         outcome = await self._dispatcher.handle(route.trigger, request.data)
+        error = outcome.error
+        self._count_in_micro_stats(
+            route,
+            time.perf_counter_ns() - started,
+            None if error is None else f"{error.status}:{error.message}",
+        )
         try:
             if outcome.error is None:
                 await request.respond(outcome.body)

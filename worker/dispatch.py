@@ -16,16 +16,9 @@ import structlog
 
 from schema.errors import Internal, InvalidRequest, Unavailable, WorkerError, error_reply
 from worker.registry import Route
-from worker.services import Services
+from worker.services import Services, TriggerStats
 
 log = structlog.get_logger()
-
-
-@dataclass
-class TriggerStats:
-    requests: int = 0
-    errors: int = 0
-    total_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +38,8 @@ class Dispatcher:
         self._encoder = msgspec.json.Encoder()
         self.in_flight = 0
         self.stats = {trigger: TriggerStats() for trigger in self.routes}
+        services.trigger_stats = self.stats
+        services.in_flight = lambda: self.in_flight
 
     def decode(self, trigger: str, data: bytes) -> Any:
         try:
@@ -97,8 +92,5 @@ class Dispatcher:
 
     def _count(self, trigger: str, duration_ms: float, error: WorkerError | None) -> None:
         stats = self.stats.get(trigger)
-        if stats is None:
-            return
-        stats.requests += 1
-        stats.errors += error is not None
-        stats.total_ms += duration_ms
+        if stats is not None:
+            stats.record(duration_ms, None if error is None else error.code)

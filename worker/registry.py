@@ -8,6 +8,7 @@ from typing import Any
 
 from schema.base import Request
 from schema.memory import ConsolidateRequest, EvictRequest, RecallRequest, StoreRequest
+from schema.stats import StatsRequest
 from worker import routes
 from worker.services import Services
 
@@ -32,5 +33,6 @@ ROUTES: tuple[Route, ...] = (
     Route("memory::recall", RecallRequest, routes.recall),
     Route("memory::evict", EvictRequest, routes.evict),
     Route("memory::consolidate", ConsolidateRequest, routes.consolidate),
+    Route("memory::stats", StatsRequest, routes.stats),
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}

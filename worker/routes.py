@@ -6,10 +6,12 @@ Handlers stay synchronous and pure; this is the only place that awaits.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from handlers import recall as recall_handler
 from handlers.consolidate import consolidate as consolidate_handler
 from handlers.evict import evict as evict_handler
+from handlers.stats import database_counts
 from handlers.store import check_store
 from handlers.store import store as store_handler
 from schema.memory import (
@@ -22,6 +24,7 @@ from schema.memory import (
     StoreReply,
     StoreRequest,
 )
+from schema.stats import JobFigures, StatsReply, StatsRequest, TriggerFigures
 from worker.embedders import Vector
 from worker.services import Services
 
@@ -60,6 +63,44 @@ async def recall(s: Services, req: RecallRequest) -> RecallReply:
     return await s.writer.run(
         lambda conn: recall_handler.mark_recalled(conn, req.agent_id, ranked, now=now),
         durable=False,
+    )
+
+
+async def stats(s: Services, req: StatsRequest) -> StatsReply:
+    counts = await s.readers.run(database_counts)
+    path = Path(s.config.db_path)
+    on_disk = sum(
+        candidate.stat().st_size
+        for candidate in (path, path.with_name(path.name + "-wal"))
+        if candidate.exists()
+    )
+    next_fires = s.next_fires()
+    return StatsReply(
+        triggers={
+            trigger: TriggerFigures(
+                requests=figures.requests,
+                errors=figures.errors,
+                mean_ms=round(figures.total_ms / max(1, figures.requests), 3),
+            )
+            for trigger, figures in s.trigger_stats.items()
+        },
+        agents=counts["agents"],
+        memories=counts["memories"],
+        entities=counts["entities"],
+        relations=counts["relations"],
+        sessions=counts["sessions"],
+        database_bytes=on_disk,
+        in_flight=s.in_flight(),
+        index_agents=s.index.loaded_agents(),
+        schedule={
+            name: JobFigures(
+                cron=record.cron,
+                next_fire=next_fires.get(name, 0),
+                last_fire=record.last_fire,
+                last_outcome=record.last_outcome,
+            )
+            for name, record in s.jobs.items()
+        },
     )
 
 

@@ -20,6 +20,37 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+# Upper bounds (seconds) of the request latency histogram exported as Prometheus metrics.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+
+
+@dataclass
+class TriggerStats:
+    requests: int = 0
+    errors: int = 0
+    total_ms: float = 0.0
+    errors_by_code: dict[str, int] = field(default_factory=dict)
+    buckets: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS))
+
+    def record(self, duration_ms: float, error_code: str | None) -> None:
+        self.requests += 1
+        self.total_ms += duration_ms
+        if error_code is not None:
+            self.errors += 1
+            self.errors_by_code[error_code] = self.errors_by_code.get(error_code, 0) + 1
+        for at, bound in enumerate(LATENCY_BUCKETS):
+            if duration_ms <= bound * 1000:
+                self.buckets[at] += 1
+                break
+
+
+@dataclass
+class JobRecord:
+    cron: str
+    last_fire: int | None = None
+    last_outcome: str | None = None
+
+
 @dataclass
 class Services:
     config: Config
@@ -31,3 +62,8 @@ class Services:
     keyword_mode: KeywordMode = "share"
     clock: Callable[[], int] = wall_clock_ms
     background: set[asyncio.Task[Any]] = field(default_factory=set)
+    # Filled in by the app once dispatch and the scheduler exist; read by memory::stats.
+    trigger_stats: dict[str, TriggerStats] = field(default_factory=dict)
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    next_fires: Callable[[], dict[str, int]] = dict
+    in_flight: Callable[[], int] = lambda: 0

@@ -1,0 +1,53 @@
+"""memory::stats, `memory-worker stats` and `$SRV.STATS` count a known number of requests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import msgspec
+
+from tests.support import Client
+from worker.app import App
+
+
+async def test_stats_count_requests_errors_and_contents(client: Client, worker: App) -> None:
+    for index in range(7):
+        await client.store("a" if index < 5 else "b", f"note {index}", sessionId="s")
+    await client.recall("a", "note")
+    await client.call("memory::recall", {"agentId": "a", "limit": 0})
+    stats = await client.ok("memory::stats")
+    assert stats["triggers"]["memory::store"]["requests"] == 7
+    assert stats["triggers"]["memory::store"]["errors"] == 0
+    assert stats["triggers"]["memory::recall"] == {
+        "requests": 2,
+        "errors": 1,
+        "meanMs": stats["triggers"]["memory::recall"]["meanMs"],
+    }
+    assert stats["memories"] == 7 and stats["agents"] == 2 and stats["sessions"] == 2
+    assert stats["databaseBytes"] > 0 and stats["inFlight"] == 1
+
+
+async def test_micro_stats_count_errors_and_processing_time(client: Client, worker: App) -> None:
+    await client.store("a", "one")
+    await client.call("memory::store", {"agentId": "a"})
+    msg = await client.nc.request("$SRV.STATS.memory", b"", timeout=5)
+    endpoints = {e["name"]: e for e in msgspec.json.decode(msg.data)["endpoints"]}
+    store = endpoints["store"]
+    assert store["num_requests"] == 2 and store["num_errors"] == 1
+    assert store["processing_time"] > 0 and "400" in store["last_error"]
+    assert endpoints["recall"]["num_requests"] == 0
+
+
+async def test_stats_command_prints_a_table_or_json(nats_url: str, client: Client) -> None:
+    await client.store("a", "one")
+    command = [sys.executable, "-m", "worker", "stats", "--nats-url", nats_url]
+    table = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
+    assert table.returncode == 0, table.stderr
+    assert "memory::store" in table.stdout and "memories" in table.stdout
+    raw = await asyncio.to_thread(
+        subprocess.run, [*command, "--json"], capture_output=True, text=True
+    )
+    assert json.loads(raw.stdout)["memories"] == 1

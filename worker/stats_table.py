@@ -1,0 +1,49 @@
+"""`memory-worker stats`: a running worker's memory::stats reply as a readable table."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+
+def _when(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _size(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.1f} {unit}" if unit != "B" else f"{count} B"
+        value /= 1024
+    return f"{count} B"
+
+
+def render(stats: dict[str, Any]) -> str:
+    lines = ["trigger                      requests   errors   mean ms"]
+    for trigger, figures in sorted(stats["triggers"].items()):
+        lines.append(
+            f"{trigger:<28} {figures['requests']:>8} {figures['errors']:>8} "
+            f"{figures['meanMs']:>9.3f}"
+        )
+    lines.append("")
+    for label, key in (
+        ("agents", "agents"),
+        ("memories", "memories"),
+        ("entities", "entities"),
+        ("relations", "relations"),
+        ("sessions", "sessions"),
+        ("requests in flight", "inFlight"),
+        ("agents in the recall index", "indexAgents"),
+    ):
+        lines.append(f"{label:<28} {stats[key]:>8}")
+    lines.append(f"{'database size':<28} {_size(stats['databaseBytes']):>8}")
+    lines.append("")
+    lines.append("job           cron            next fire                last fire (outcome)")
+    for name, job in sorted(stats["schedule"].items()):
+        last = _when(job["lastFire"])
+        outcome = f" ({job['lastOutcome']})" if job["lastOutcome"] else ""
+        lines.append(f"{name:<13} {job['cron']:<15} {_when(job['nextFire']):<24} {last}{outcome}")
+    return "\n".join(lines)
