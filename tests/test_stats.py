@@ -6,10 +6,14 @@ import asyncio
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import msgspec
+import nats
 
+from tests.conftest import worker_config
 from tests.support import Client
+from tests.test_cli import free_port
 from worker.app import App
 
 
@@ -51,3 +55,30 @@ async def test_stats_command_prints_a_table_or_json(nats_url: str, client: Clien
         subprocess.run, [*command, "--json"], capture_output=True, text=True
     )
     assert json.loads(raw.stdout)["memories"] == 1
+
+
+async def test_metrics_endpoint_counts_requests_and_contents(nats_url: str, tmp_path: Path) -> None:
+    app = App(worker_config(nats_url, tmp_path / "memory.db", metrics_port=free_port()))
+    await app.start()
+    nc = await nats.connect(nats_url)
+    try:
+        client = Client(nc)
+        for index in range(3):
+            await client.store("a", f"metric {index}")
+        await client.call("memory::recall", {"agentId": "a", "limit": 0})
+        assert app.metrics is not None
+        reader, writer = await asyncio.open_connection("127.0.0.1", app.metrics.port)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        response = (await reader.read()).decode()
+        writer.close()
+    finally:
+        await nc.close()
+        await app.stop()
+    assert response.startswith("HTTP/1.1 200")
+    assert 'memory_worker_requests_total{trigger="memory::store"} 3' in response
+    assert (
+        'memory_worker_errors_total{trigger="memory::recall",code="invalid_request"} 1' in response
+    )
+    assert 'memory_worker_request_duration_seconds_count{trigger="memory::store"} 3' in response
+    assert "memory_worker_memories 3" in response
+    assert "memory_worker_agents 1" in response

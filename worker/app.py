@@ -29,6 +29,7 @@ from worker.embedders.hashing import HashingModel
 from worker.embedders.local import BatchingEmbedder
 from worker.index import MemoryIndex, install_change_log, take_changes
 from worker.ingest import Ingest
+from worker.metrics import MetricsServer
 from worker.readers import Readers
 from worker.registry import ROUTES
 from worker.services import Services, wall_clock_ms
@@ -56,6 +57,7 @@ class App:
         self.service: MemoryService | None = None
         self.scheduler: Scheduler | None = None
         self.ingest: Ingest | None = None
+        self.metrics: MetricsServer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._conn: apsw.Connection | None = None
         self._data_version = 0
@@ -95,6 +97,9 @@ class App:
         await self.service.start(ROUTES)
         if config.ingest:
             await self._start_ingest()
+        if config.metrics_port:
+            self.metrics = MetricsServer(self.services, config.metrics_host, config.metrics_port)
+            await self.metrics.start()
         self.scheduler = Scheduler(
             default_jobs(config.consolidate_cron, config.evict_cron),
             tz=ZoneInfo(config.cron_tz),
@@ -151,6 +156,8 @@ class App:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self.metrics is not None:
+            await self.metrics.stop()
         if self.ingest is not None:
             await self.ingest.stop(timeout=DRAIN_SECONDS)
         if self.service is not None:

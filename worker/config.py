@@ -29,6 +29,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     synchronous: Literal["full", "normal"] = "full"
     ingest: bool = True
     keyword: Literal["share", "idf"] = "share"
+    metrics_port: Port = 0
+    metrics_host: str = "0.0.0.0"
     index_memory_mb: Annotated[int, msgspec.Meta(ge=16)] = 1024
     consolidate_cron: str = "0 */6 * * *"
     evict_cron: str = "0 3 * * *"

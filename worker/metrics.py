@@ -1,0 +1,117 @@
+"""An optional Prometheus endpoint (MEMORY_WORKER_METRICS_PORT; off by default).
+
+The text exposition format is small enough to write directly, so no client library is added.
+Database gauges are counted at scrape time on a reader thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import structlog
+
+from handlers.stats import database_counts
+from worker.services import LATENCY_BUCKETS, Services
+
+log = structlog.get_logger()
+PREFIX = "memory_worker"
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+async def render_metrics(services: Services) -> str:
+    lines: list[str] = []
+
+    def family(name: str, kind: str, text: str) -> None:
+        lines.append(f"# HELP {PREFIX}_{name} {text}")
+        lines.append(f"# TYPE {PREFIX}_{name} {kind}")
+
+    family("requests_total", "counter", "Requests handled, by trigger.")
+    for trigger, stats in services.trigger_stats.items():
+        lines.append(f'{PREFIX}_requests_total{{trigger="{trigger}"}} {stats.requests}')
+    family("errors_total", "counter", "Requests answered with an error, by trigger and code.")
+    for trigger, stats in services.trigger_stats.items():
+        for code, count in sorted(stats.errors_by_code.items()):
+            lines.append(f'{PREFIX}_errors_total{{trigger="{trigger}",code="{code}"}} {count}')
+    family("request_duration_seconds", "histogram", "Time to handle a request, by trigger.")
+    for trigger, stats in services.trigger_stats.items():
+        series = f"{PREFIX}_request_duration_seconds"
+        cumulative = 0
+        for bound, count in zip(LATENCY_BUCKETS, stats.buckets, strict=True):
+            cumulative += count
+            lines.append(f'{series}_bucket{{trigger="{trigger}",le="{bound}"}} {cumulative}')
+        lines.append(f'{series}_bucket{{trigger="{trigger}",le="+Inf"}} {stats.requests}')
+        lines.append(f'{series}_sum{{trigger="{trigger}"}} {stats.total_ms / 1000}')
+        lines.append(f'{series}_count{{trigger="{trigger}"}} {stats.requests}')
+    counts = await services.readers.run(database_counts)
+    for key, text in (
+        ("memories", "Memories stored."),
+        ("agents", "Agents with at least one memory."),
+        ("entities", "Knowledge-graph entities."),
+        ("sessions", "Sessions."),
+        ("database_bytes", "Size of the database pages in bytes."),
+    ):
+        family(key, "gauge", text)
+        lines.append(f"{PREFIX}_{key} {counts[key]}")
+    family("in_flight", "gauge", "Requests being handled now.")
+    lines.append(f"{PREFIX}_in_flight {services.in_flight()}")
+    family("job_last_run_timestamp_seconds", "gauge", "When each scheduled job last ran.")
+    family("job_last_success", "gauge", "1 if the job's last run succeeded, else 0.")
+    for name, record in services.jobs.items():
+        if record.last_fire is not None:
+            job = _label(name)
+            lines.append(
+                f'{PREFIX}_job_last_run_timestamp_seconds{{job="{job}"}} {record.last_fire / 1000}'
+            )
+            ok = 1 if record.last_outcome == "ok" else 0
+            lines.append(f'{PREFIX}_job_last_success{{job="{job}"}} {ok}')
+    return "\n".join(lines) + "\n"
+
+
+class MetricsServer:
+    def __init__(self, services: Services, host: str, port: int) -> None:
+        self._services = services
+        self._host = host
+        self._port = port
+        self._server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, self._host, self._port)
+        log.info("metrics.listening", host=self._host, port=self.port)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request_line = await asyncio.wait_for(reader.readline(), 5)
+            while (await asyncio.wait_for(reader.readline(), 5)).strip():
+                pass
+            parts = request_line.decode("latin-1").split()
+            if len(parts) >= 2 and parts[0] == "GET" and parts[1].split("?")[0] == "/metrics":
+                body = (await render_metrics(self._services)).encode()
+                status, kind = "200 OK", "text/plain; version=0.0.4; charset=utf-8"
+            else:
+                body, status, kind = b"not found: try /metrics\n", "404 Not Found", "text/plain"
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+        except Exception as error:
+            log.warning("metrics.request_failed", error=type(error).__name__)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
