@@ -1,0 +1,132 @@
+"""The vectorised ranking returns exactly the contract formula's top-k (plain-Python reference)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+
+import msgspec
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from handlers.recall import rank
+from handlers.text import STOPWORDS
+from schema.memory import RecallRequest
+from worker.index import AgentIndex
+
+WORDS = ["cat", "category", "dog", "the", "and", "deploy", "Deploy", "key", "rotates", "über", "a1"]
+WEEK = 604_800_000
+NOW = 1_800_000_000_000
+ROLES = ["user", "assistant", "system"]
+
+
+def reference_scores(
+    memories: list[dict[str, object]], query: str, query_vector: list[float] | None
+) -> dict[str, float]:
+    found = list(dict.fromkeys(re.findall(r"\w+", query.casefold())))
+    keywords = [w for w in found if w not in STOPWORDS] or found
+    scores = {}
+    for memory in memories:
+        content_tokens = set(re.findall(r"\w+", str(memory["content"]).casefold()))
+        keyword = (
+            sum(1 for k in keywords if k in content_tokens) / len(keywords) if keywords else 0.0
+        )
+        cosine = 0.0
+        vector = memory["vector"]
+        if query_vector is not None and isinstance(vector, list):
+            dot = sum(a * b for a, b in zip(query_vector, vector, strict=True))
+            norms = math.sqrt(sum(a * a for a in query_vector)) * math.sqrt(
+                sum(b * b for b in vector)
+            )
+            cosine = dot / norms if norms else 0.0
+        age = max(0, NOW - int(str(memory["timestamp"])))
+        recency = 0.5 ** (age / WEEK)
+        scores[str(memory["id"])] = (
+            0.50 * cosine
+            + 0.25 * keyword
+            + 0.10 * recency
+            + 0.10 * float(str(memory["importance"]))
+            + 0.05 * float(str(memory["confidence"]))
+        )
+    return scores
+
+
+unit = st.floats(min_value=0.0, max_value=1.0)
+memory_strategy = st.fixed_dictionaries(
+    {
+        "content": st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join),
+        # A few shared timestamps make exact ties, so the id tie-break is exercised.
+        "timestamp": st.sampled_from([NOW - WEEK, NOW - 2 * WEEK, NOW])
+        | st.integers(NOW - 60 * WEEK, NOW + WEEK),
+        "importance": st.sampled_from([0.1, 0.5, 0.5, 0.9]) | unit,
+        "confidence": st.sampled_from([0.1, 1.0]) | unit,
+        "role": st.sampled_from(ROLES),
+        "vector": st.none()
+        | st.just([1.0, 0.0, 0.0, 0.0])
+        | st.lists(st.floats(-1, 1), min_size=4, max_size=4),
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    memories=st.lists(memory_strategy, min_size=1, max_size=40),
+    query=st.lists(st.sampled_from(WORDS), max_size=4).map(" ".join),
+    query_vector=st.none() | st.lists(st.floats(-1, 1), min_size=4, max_size=4),
+    limit=st.integers(1, 12),
+    data=st.data(),
+    roles=st.none() | st.lists(st.sampled_from(ROLES), min_size=1, max_size=3, unique=True),
+)
+def test_top_k_equals_the_plain_python_formula(
+    memories: list[dict[str, object]],
+    query: str,
+    query_vector: list[float] | None,
+    limit: int,
+    roles: list[str] | None,
+    data: st.DataObject,
+) -> None:
+    index = AgentIndex(anchor_ms=NOW - 3 * WEEK)
+    # Ids in an order unrelated to insertion, so the id tie-break cannot pass by accident.
+    names = data.draw(st.permutations([f"m{n:03d}" for n in range(len(memories))]))
+    for name, memory in zip(names, memories, strict=True):
+        memory["id"] = name
+        vector = memory["vector"]
+        blob = None
+        if isinstance(vector, list):
+            array = np.asarray(vector, dtype=np.float32)
+            norm = float(np.linalg.norm(array))
+            blob = (array / norm if norm else array).astype(np.float32).tobytes()
+            memory["vector"] = [float(v) for v in np.frombuffer(blob, dtype=np.float32)]
+        index.upsert(
+            (
+                str(memory["id"]), str(memory["role"]), None, int(str(memory["timestamp"])),
+                float(str(memory["importance"])), float(str(memory["confidence"])),
+                blob, None if blob is None else "test-model", str(memory["content"]),
+            )
+        )  # fmt: skip
+    qvec = None
+    if query_vector is not None:
+        array = np.asarray(query_vector, dtype=np.float32)
+        norm = float(np.linalg.norm(array))
+        qvec = ("test-model", (array / norm if norm else array).astype(np.float32))
+        query_vector = [float(v) for v in qvec[1]]
+    request = msgspec.convert(
+        {"agentId": "a", "query": query, "limit": limit, **({"roles": roles} if roles else {})},
+        RecallRequest,
+    )
+    ours = rank(index.columns(), request, now=NOW, query_vector=qvec)
+
+    eligible = [m for m in memories if roles is None or m["role"] in roles]
+    reference = reference_scores(eligible, query, query_vector)
+    timestamps = {str(m["id"]): int(str(m["timestamp"])) for m in eligible}
+    expected = sorted(reference, key=lambda i: (-reference[i], -timestamps[i], i))[:limit]
+    assert len(ours) == len(expected)
+    for (memory_id, score), wanted in zip(ours, expected, strict=True):
+        assert abs(score - reference[memory_id]) < 1e-6
+        # Only float rounding may reorder: the k-th place is the reference's within 1e-9.
+        assert abs(reference[memory_id] - reference[wanted]) < 1e-9
+    gaps = sorted(reference.values())
+    if all(b == a or b - a > 1e-9 for a, b in itertools.pairwise(gaps)):
+        assert [memory_id for memory_id, _ in ours] == expected
