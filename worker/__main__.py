@@ -44,6 +44,13 @@ def _parser() -> argparse.ArgumentParser:
     backup.add_argument("--db", dest="db_path")
     mig = commands.add_parser("migrate", help="create or upgrade the database, then exit")
     mig.add_argument("--db", dest="db_path")
+    export = commands.add_parser("export", help="write agents as JSON Lines (stdout by default)")
+    export.add_argument("--db", dest="db_path", help="SQLite file (default ./data/memory.db)")
+    export.add_argument("--agent", help="only this agent (default: every agent)")
+    export.add_argument("--output", help="file to write instead of stdout")
+    imp = commands.add_parser("import", help="add agents from an export file; safe to repeat")
+    imp.add_argument("file", help="a file written by export, or - for stdin")
+    imp.add_argument("--db", dest="db_path", help="SQLite file (default ./data/memory.db)")
     return parser
 
 
@@ -148,6 +155,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from worker.bench import main as bench_main
 
         return bench_main(args)
+    if args.command == "export":
+        from worker.transfer import export_command
+
+        return export_command(config, args)
+    if args.command == "import":
+        from worker.transfer import import_command
+
+        return import_command(config, args)
     if args.command == "migrate":
         conn = open_db(config.db_path)
         try:

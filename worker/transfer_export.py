@@ -1,0 +1,235 @@
+"""Moving agents between databases as JSON Lines: the record format and the export.
+
+A file is a header, then per agent its memories, sessions, entities and relations, then an
+`end` record carrying the count of records between the two, so that a file cut short by a full
+disk or a killed pipe is refused on import instead of half-applied. Every column travels
+(scores, counters, embeddings), so an imported agent recalls exactly as it did at export time.
+Import lives in worker/transfer_import.py, the two commands in worker/transfer.py.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, BinaryIO, Literal, TextIO
+
+import apsw
+import msgspec
+
+from schema.base import AgentId, EntityId, Millis, Role, SessionId, Unit
+from schema.kg import RelationType
+
+FORMAT: Literal["memory-worker-export"] = "memory-worker-export"
+VERSION = 1
+FLUSH_BYTES = 1 << 16
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class TransferError(ValueError):
+    """A file or database that cannot be moved as asked; the message names the line and field."""
+
+
+class Record(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    rename="camel",
+    tag_field="kind",
+):
+    pass
+
+
+class Header(Record, frozen=True, tag="header"):
+    format: Literal["memory-worker-export"]
+    version: int
+    schema_version: int
+    exported_at: Millis
+    agent: AgentId | None
+
+
+class MemoryRecord(Record, frozen=True, tag="memory"):
+    id: NonEmpty
+    agent_id: AgentId
+    role: Role
+    content: str
+    hash: NonEmpty
+    session_id: str | None
+    importance: Unit
+    confidence: Unit
+    access_count: Count
+    last_accessed: Millis
+    timestamp: Millis
+    metadata: dict[str, Any] | None
+    embedding: bytes | None  # base64 of the little-endian float32 bytes, as stored
+    embedding_model: str | None
+    created_at: Millis
+
+
+class MessageRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    id: str | None  # references are kept as written, dangling ones included
+    role: Role
+    timestamp: Millis
+
+
+class SessionRecord(Record, frozen=True, tag="session"):
+    agent_id: AgentId
+    id: SessionId
+    created_at: Millis
+    updated_at: Millis
+    compacted_at: Millis | None
+    repaired_at: Millis | None
+    messages: list[MessageRef]
+
+
+class EntityRecord(Record, frozen=True, tag="entity"):
+    agent_id: AgentId
+    id: EntityId
+    type: str | None
+    properties: dict[str, Any]
+
+
+class RelationRecord(Record, frozen=True, tag="relation"):
+    agent_id: AgentId
+    source: EntityId
+    type: RelationType
+    target: EntityId
+
+
+class End(Record, frozen=True, tag="end"):
+    records: Count
+
+
+AnyRecord = Header | MemoryRecord | SessionRecord | EntityRecord | RelationRecord | End
+
+MEMORY_SQL = (
+    "SELECT id, agent_id, role, content, hash, session_id, importance, confidence, access_count, "
+    "last_accessed, timestamp, metadata, embedding, embedding_model, created_at FROM memories "
+    "WHERE agent_id = ? ORDER BY timestamp, rowid"
+)
+AGENTS_SQL = (
+    "SELECT agent_id FROM memories UNION SELECT agent_id FROM sessions "
+    "UNION SELECT agent_id FROM kg_entities UNION SELECT agent_id FROM kg_relations ORDER BY 1"
+)
+
+
+def _json_object(text: str | None, what: str) -> dict[str, Any] | None:
+    """Re-encoded rather than copied verbatim, so a stray newline cannot split a JSONL line."""
+    if text is None:
+        return None
+    try:
+        return msgspec.json.decode(text, type=dict[str, Any])
+    except msgspec.DecodeError as error:
+        raise TransferError(f"{what} is not a JSON object in the database: {error}") from None
+
+
+def _agent_records(conn: apsw.Connection, agent_id: str) -> Iterator[Record]:
+    for row in conn.execute(MEMORY_SQL, (agent_id,)):
+        yield MemoryRecord(
+            id=row[0],
+            agent_id=row[1],
+            role=row[2],
+            content=row[3],
+            hash=row[4],
+            session_id=row[5],
+            importance=row[6],
+            confidence=row[7],
+            access_count=row[8],
+            last_accessed=row[9],
+            timestamp=row[10],
+            metadata=_json_object(row[11], f"metadata of memory {row[0]}"),
+            embedding=row[12],
+            embedding_model=row[13],
+            created_at=row[14],
+        )
+    sessions = conn.execute(
+        "SELECT id, created_at, updated_at, compacted_at, repaired_at FROM sessions "
+        "WHERE agent_id = ? ORDER BY id",
+        (agent_id,),
+    )
+    for session_id, created_at, updated_at, compacted_at, repaired_at in sessions:
+        messages = [
+            MessageRef(id=memory_id, role=role, timestamp=timestamp)
+            for memory_id, role, timestamp in conn.execute(
+                "SELECT memory_id, role, timestamp FROM session_messages "
+                "WHERE agent_id = ? AND session_id = ? ORDER BY position",
+                (agent_id, session_id),
+            )
+        ]
+        yield SessionRecord(
+            agent_id=agent_id,
+            id=session_id,
+            created_at=created_at,
+            updated_at=updated_at,
+            compacted_at=compacted_at,
+            repaired_at=repaired_at,
+            messages=messages,
+        )
+    entities = conn.execute(
+        "SELECT id, type, properties FROM kg_entities WHERE agent_id = ? ORDER BY id", (agent_id,)
+    )
+    for entity_id, entity_type, properties in entities:
+        yield EntityRecord(
+            agent_id=agent_id,
+            id=entity_id,
+            type=entity_type,
+            properties=_json_object(properties, f"properties of entity {entity_id}") or {},
+        )
+    relations = conn.execute(
+        "SELECT source, type, target FROM kg_relations WHERE agent_id = ? ORDER BY seq",
+        (agent_id,),
+    )
+    for source, relation_type, target in relations:
+        yield RelationRecord(agent_id=agent_id, source=source, type=relation_type, target=target)
+
+
+def _sink(out: BinaryIO | TextIO) -> Callable[[bytes], object]:
+    if isinstance(out, io.TextIOBase):
+        text: Any = out
+        return lambda data: text.write(data.decode("utf-8"))
+    binary: Any = out
+    return lambda data: binary.write(data)
+
+
+def export_jsonl(
+    conn: apsw.Connection, out: BinaryIO | TextIO, *, agent_id: str | None, now: int
+) -> int:
+    """Write one agent (or every agent) to `out`; returns the count of records between header
+    and end.
+
+    All reads happen in one transaction, so the file is a single snapshot even while a worker
+    keeps writing (WAL readers never block the writer), and rows stream out in 64 KiB writes
+    rather than being gathered in memory.
+    """
+    write = _sink(out)
+    encoder = msgspec.json.Encoder()
+    buffer = bytearray()
+
+    def emit(record: Record) -> None:
+        encoder.encode_into(record, buffer, -1)
+        buffer.extend(b"\n")
+        if len(buffer) >= FLUSH_BYTES:
+            write(bytes(buffer))
+            buffer.clear()
+
+    count = 0
+    with conn:
+        schema_version = int(conn.pragma("user_version"))
+        emit(
+            Header(
+                format=FORMAT,
+                version=VERSION,
+                schema_version=schema_version,
+                exported_at=now,
+                agent=agent_id,
+            )
+        )
+        agents = [agent_id] if agent_id is not None else [r[0] for r in conn.execute(AGENTS_SQL)]
+        for agent in agents:
+            for record in _agent_records(conn, agent):
+                emit(record)
+                count += 1
+    emit(End(records=count))
+    write(bytes(buffer))
+    return count
