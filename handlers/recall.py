@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import apsw
 import msgspec
@@ -25,10 +25,16 @@ ROLE_CODES = {"user": 0, "assistant": 1, "system": 2}
 KeywordMode = Literal["share", "idf"]
 
 
+class Postings(Protocol):
+    def get(self, token: str) -> npt.NDArray[np.int64] | None: ...
+
+
 @dataclass
 class Columns:
-    """One agent's memories as parallel arrays; rows with live False are deleted."""
+    """A snapshot of one agent's memories as parallel arrays: the first `rows` entries count,
+    and rows with live False are deleted. The writer may append beyond `rows` meanwhile."""
 
+    rows: int
     ids: Sequence[str]
     live: npt.NDArray[np.bool_]
     timestamp: npt.NDArray[np.int64]
@@ -39,7 +45,7 @@ class Columns:
     session_codes: dict[str, int]
     vectors: dict[str, npt.NDArray[np.float32]]
     has_vector: dict[str, npt.NDArray[np.bool_]]
-    postings: dict[str, npt.NDArray[np.int64]]
+    postings: Postings
     # Precomputed per row so that a recall costs a few vector operations: the score's constant
     # part, 0.10 * importance + 0.05 * confidence, and 2 ** ((timestamp - anchor_ms) / week),
     # which times 0.5 ** ((now - anchor_ms) / week) is the recency 0.5 ** ((now - timestamp) /
@@ -70,7 +76,7 @@ def keyword_weights(
     if not keywords:
         return []
     weights = []
-    live_count = max(1, len(columns.ids))
+    live_count = max(1, columns.rows)
     for keyword in keywords:
         posting = columns.postings.get(keyword)
         if mode == "idf":
@@ -90,7 +96,7 @@ def scores(
     query_vector: tuple[str, npt.NDArray[np.float32]] | None,
     keyword_mode: KeywordMode = "share",
 ) -> npt.NDArray[np.float64]:
-    rows = len(columns.ids)
+    rows = columns.rows
     recency = columns.growth[:rows] * 0.5 ** ((now - columns.anchor_ms) / WEEK_MS)
     np.minimum(recency, 1.0, out=recency)
     recency *= 0.10
@@ -98,7 +104,7 @@ def scores(
     total += columns.static[:rows]
     for posting, weight in keyword_weights(columns, query_keywords(query), keyword_mode):
         if posting is not None:
-            total[posting] += 0.25 * weight
+            total[posting[posting < rows]] += 0.25 * weight
     if query_vector is not None and query_vector[0] in columns.vectors:
         model, vector = query_vector
         matrix = columns.vectors[model][:rows]
@@ -118,7 +124,7 @@ def rank(
     keyword_mode: KeywordMode = "share",
 ) -> list[tuple[str, float]]:
     """The exact top `limit` as (id, score): score, then newer timestamp, then ascending id."""
-    rows = len(columns.ids)
+    rows = columns.rows
     if rows == 0:
         return []
     eligible = columns.live[:rows].copy()
@@ -151,24 +157,43 @@ def rank(
     return [(memory_id, value) for value, _, memory_id in found[: req.limit]]
 
 
-def mark_recalled(
-    conn: apsw.Connection, agent_id: str, ranked: list[tuple[str, float]], *, now: int
-) -> RecallReply:
-    """Count the access of each returned memory and return the rows as they are after it.
+def record_access(conn: apsw.Connection, agent_id: str, memory_ids: list[str], *, now: int) -> None:
+    """Persist one access of each memory a recall returned."""
+    conn.executemany(
+        "UPDATE memories SET access_count = access_count + 1, "
+        "last_accessed = max(last_accessed, ?) WHERE agent_id = ? AND id = ?",
+        [(now, agent_id, memory_id) for memory_id in memory_ids],
+    )
 
-    A memory evicted between ranking and this write is left out rather than resurrected.
+
+def recalled_memories(
+    conn: apsw.Connection,
+    agent_id: str,
+    ranked: list[tuple[str, float]],
+    access_counts: dict[str, int],
+    *,
+    now: int,
+) -> RecallReply:
+    """The reply rows, in rank order, with each memory's access as counted by this recall.
+
+    A memory evicted since it was ranked is left out rather than brought back.
     """
+    placeholders = ",".join("?" * len(ranked))
+    rows = {
+        row[0]: row
+        for row in conn.execute(
+            "SELECT id, role, content, timestamp, session_id, importance, confidence, "
+            # `+agent_id`: look rows up by primary key, not by scanning the agent.
+            f"metadata FROM memories WHERE +agent_id = ? AND id IN ({placeholders})",
+            (agent_id, *(memory_id for memory_id, _ in ranked)),
+        )
+    }
     memories = []
     for memory_id, score in ranked:
-        row = conn.execute(
-            "UPDATE memories SET access_count = access_count + 1, last_accessed = ? "
-            "WHERE id = ? AND agent_id = ? RETURNING id, role, content, timestamp, session_id, "
-            "importance, confidence, access_count, last_accessed, metadata",
-            (now, memory_id, agent_id),
-        ).fetchone()
-        if row is None:
+        row = rows.get(memory_id)
+        if row is None or memory_id not in access_counts:
             continue
-        metadata: dict[str, Any] | None = None if row[9] is None else msgspec.json.decode(row[9])
+        metadata: dict[str, Any] | None = None if row[7] is None else msgspec.json.decode(row[7])
         memories.append(
             RecalledMemory(
                 id=row[0],
@@ -179,8 +204,8 @@ def mark_recalled(
                 session_id=row[4],
                 importance=row[5],
                 confidence=row[6],
-                access_count=row[7],
-                last_accessed=row[8],
+                access_count=access_counts[memory_id],
+                last_accessed=now,
                 metadata=metadata,
             )
         )

@@ -103,7 +103,7 @@ def test_top_k_equals_the_plain_python_formula(
             (
                 str(memory["id"]), str(memory["role"]), None, int(str(memory["timestamp"])),
                 float(str(memory["importance"])), float(str(memory["confidence"])),
-                blob, None if blob is None else "test-model", str(memory["content"]),
+                blob, None if blob is None else "test-model", str(memory["content"]), 0,
             )
         )  # fmt: skip
     qvec = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -37,6 +38,7 @@ from worker.writer import Writer
 
 log = structlog.get_logger()
 DRAIN_SECONDS = 8.0
+SWITCH_INTERVAL_S = 0.0005
 
 
 def make_embedder(config: Config, nc: Any) -> Embedder:
@@ -68,6 +70,9 @@ class App:
 
     async def start(self) -> None:
         config = self.config
+        # The event loop, the writer and the reader threads hand the GIL to each other on every
+        # request; Python's default 5 ms switch interval would add up to that to a recall.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         db_path = Path(config.db_path)
         self._conn = conn = open_db(db_path, synchronous=config.synchronous)
         migrate(conn)
@@ -168,6 +173,8 @@ class App:
             with contextlib.suppress(Exception):
                 await self.nc.drain()
         if self.services is not None:
+            if self.services.background:
+                await asyncio.wait(set(self.services.background), timeout=DRAIN_SECONDS)
             self.services.writer.stop()
             self.services.readers.close()
         if self._conn is not None:

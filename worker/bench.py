@@ -98,13 +98,29 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
     results["recall"] = percentiles(sequential)
     _, _, seconds = await client.many("memory.recall", queries * 4, concurrency=16)
     results["recall"]["per_second_16_in_flight"] = round(len(queries) * 4 / seconds)
-    for name in ("store", "recall"):
+    results["recall_while_storing"] = await _mixed(client, corpus, queries, args.concurrency)
+    for name in ("store", "recall", "recall_while_storing"):
         results[name]["p50_vs_echo"] = round(results[name]["p50_ms"] / floor["p50_ms"], 2)
     results["rss_after_mb"] = rss_mb(worker_pid)
     if args.locomo:
         results["locomo"] = await measure_locomo(client, Path(args.locomo))
     await nc.close()
     return results
+
+
+async def _mixed(
+    client: BenchClient, corpus: Corpus, queries: list[Any], concurrency: int
+) -> dict[str, float]:
+    """Sequential recalls while stores keep arriving: the index must stay cheap to update."""
+    writes = [{"agentId": AGENT, "content": corpus.text(8, 40)} for _ in range(len(queries) * 8)]
+    storing = asyncio.create_task(client.many("memory.store", writes, concurrency=concurrency))
+    latencies = []
+    for query in queries:
+        if storing.done():
+            break
+        latencies.append((await client.timed("memory.recall", query))[0])
+    await storing
+    return {**percentiles(latencies), "recalls": len(latencies)}
 
 
 def _spawn(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -160,6 +176,11 @@ def table(results: dict[str, Any]) -> str:
         ("recall p50 / p99 ms", f"{results['recall']['p50_ms']} / {results['recall']['p99_ms']}"),
         ("recall p50 / echo p50", results["recall"]["p50_vs_echo"]),
         ("recalls per second (16 in flight)", results["recall"]["per_second_16_in_flight"]),
+        (
+            "recall p50 / p99 ms while storing",
+            f"{results['recall_while_storing']['p50_ms']} / "
+            f"{results['recall_while_storing']['p99_ms']}",
+        ),
         ("worker RSS before / after MB", f"{results['rss_before_mb']} / {results['rss_after_mb']}"),
     ]
     if "locomo" in results:

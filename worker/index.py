@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 
 import apsw
 import numpy as np
+import numpy.typing as npt
 
 from handlers.recall import ROLE_CODES, Columns, growth, static_part
 from handlers.text import tokens
@@ -31,9 +32,38 @@ CREATE TEMP TRIGGER IF NOT EXISTS index_on_rescore
 """
 ROW_SQL = (
     "SELECT id, role, session_id, timestamp, importance, confidence, embedding, "
-    "embedding_model, content FROM memories"
+    "embedding_model, content, access_count FROM memories"
 )
-Row = tuple[str, str, str | None, int, float, float, bytes | None, str | None, str]
+Row = tuple[str, str, str | None, int, float, float, bytes | None, str | None, str, int]
+
+
+class GrowingPostings:
+    """Per token, the rows whose content has it, in a numpy array grown by doubling, so that
+    appending is cheap and a reader's view of the first `count` entries stays valid."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, npt.NDArray[np.int64]] = {}
+        self._counts: dict[str, int] = {}
+
+    def add(self, token: str, row: int) -> None:
+        array = self._arrays.get(token)
+        count = self._counts.get(token, 0)
+        if array is None:
+            array = np.empty(4, dtype=np.int64)
+        elif count == len(array):
+            grown = np.empty(2 * count, dtype=np.int64)
+            grown[:count] = array
+            array = grown
+        array[count] = row
+        self._arrays[token] = array
+        self._counts[token] = count + 1
+
+    def get(self, token: str) -> npt.NDArray[np.int64] | None:
+        array = self._arrays.get(token)
+        return None if array is None else array[: self._counts[token]]
+
+    def nbytes(self) -> int:
+        return sum(array.nbytes + 100 for array in self._arrays.values())
 
 
 class AgentIndex:
@@ -52,15 +82,18 @@ class AgentIndex:
         self.session = np.full(capacity, -1, dtype=np.int32)
         self.static = np.zeros(capacity, dtype=np.float64)
         self.growth = np.zeros(capacity, dtype=np.float64)
+        # Access counts live here first: a recall counts its accesses in memory and answers at
+        # once; the database catches up in the writer's next batch.
+        self.access = np.zeros(capacity, dtype=np.int64)
         self.session_codes: dict[str, int] = {}
         self.vectors: dict[str, np.ndarray] = {}
         self.has_vector: dict[str, np.ndarray] = {}
-        self.posting_lists: dict[str, list[int]] = {}
-        self._postings: dict[str, np.ndarray] | None = None
+        self.postings = GrowingPostings()
         self.dead = 0
 
     _COLUMNS = (
         "live", "timestamp", "importance", "confidence", "role", "session", "static", "growth",
+        "access",
     )  # fmt: skip
 
     def _set_scores(self, at: int, timestamp: int, importance: float, confidence: float) -> None:
@@ -98,6 +131,7 @@ class AgentIndex:
         self.row_of[memory_id] = at
         self.live[at] = True
         self._set_scores(at, timestamp, importance, confidence)
+        self.access[at] = row[9]
         self.role[at] = ROLE_CODES[role]
         if session_id is not None:
             code = self.session_codes.setdefault(session_id, len(self.session_codes))
@@ -112,8 +146,17 @@ class AgentIndex:
                 self.vectors[model][at] = vector
                 self.has_vector[model][at] = True
         for token in set(tokens(row[8])):
-            self.posting_lists.setdefault(token, []).append(at)
-        self._postings = None
+            self.postings.add(token, at)
+
+    def count_access(self, memory_ids: list[str]) -> dict[str, int]:
+        """Add one access to each (live) memory; their counts after it."""
+        counts = {}
+        for memory_id in memory_ids:
+            at = self.row_of.get(memory_id)
+            if at is not None:
+                self.access[at] += 1
+                counts[memory_id] = int(self.access[at])
+        return counts
 
     def remove(self, memory_id: str) -> None:
         at = self.row_of.pop(memory_id, None)
@@ -122,12 +165,9 @@ class AgentIndex:
             self.dead += 1
 
     def columns(self) -> Columns:
-        if self._postings is None:
-            self._postings = {
-                token: np.asarray(rows, dtype=np.int64)
-                for token, rows in self.posting_lists.items()
-            }
+        """A snapshot to rank without the lock: appends after it lie beyond its `rows`."""
         return Columns(
+            rows=len(self.ids),
             ids=self.ids,
             live=self.live,
             timestamp=self.timestamp,
@@ -136,9 +176,9 @@ class AgentIndex:
             role=self.role,
             session=self.session,
             session_codes=self.session_codes,
-            vectors=self.vectors,
-            has_vector=self.has_vector,
-            postings=self._postings,
+            vectors=dict(self.vectors),
+            has_vector=dict(self.has_vector),
+            postings=self.postings,
             static=self.static,
             growth=self.growth,
             anchor_ms=self.anchor_ms,
@@ -147,7 +187,7 @@ class AgentIndex:
     def nbytes(self) -> int:
         size = sum(getattr(self, name).nbytes for name in self._COLUMNS)
         size += sum(m.nbytes for m in self.vectors.values())
-        size += sum(8 * len(rows) + 64 for rows in self.posting_lists.values())
+        size += self.postings.nbytes()
         return int(size) + 120 * len(self.ids)
 
 

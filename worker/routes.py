@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import apsw
+
 from handlers import recall as recall_handler
 from handlers.consolidate import consolidate as consolidate_handler
 from handlers.evict import evict as evict_handler
@@ -41,29 +43,47 @@ async def store(s: Services, req: StoreRequest) -> StoreReply:
     )
 
 
-def _rank(
-    s: Services, req: RecallRequest, now: int, query_vector: tuple[str, Vector] | None
-) -> list[tuple[str, float]]:
+def _recall(
+    s: Services,
+    conn: apsw.Connection,
+    req: RecallRequest,
+    now: int,
+    query_vector: tuple[str, Vector] | None,
+) -> RecallReply:
+    """On a reader thread: rank a snapshot of the agent's columns, count the accesses in the
+    index, and read the winners' rows."""
     with s.index.lock:
         columns = s.index.agent(req.agent_id).columns()
-        return recall_handler.rank(
-            columns, req, now=now, query_vector=query_vector, keyword_mode=s.keyword_mode
-        )
+    ranked = recall_handler.rank(
+        columns, req, now=now, query_vector=query_vector, keyword_mode=s.keyword_mode
+    )
+    if not ranked:
+        return RecallReply(memories=[])
+    with s.index.lock:
+        counts = s.index.agent(req.agent_id).count_access([memory_id for memory_id, _ in ranked])
+    return recall_handler.recalled_memories(conn, req.agent_id, ranked, counts, now=now)
 
 
 async def recall(s: Services, req: RecallRequest) -> RecallReply:
+    """Replies without waiting for the writer: the access counts are persisted by a
+    non-durable write that follows (at most one batch behind)."""
     query_vector = None
     if req.query.strip():
         [vector] = await s.embedder.embed([req.query], query=True)
         query_vector = None if vector is None else (s.embedder.name, vector)
     now = s.clock()
-    ranked = await asyncio.to_thread(_rank, s, req, now, query_vector)
-    if not ranked:
-        return RecallReply(memories=[])
-    return await s.writer.run(
-        lambda conn: recall_handler.mark_recalled(conn, req.agent_id, ranked, now=now),
-        durable=False,
-    )
+    reply = await s.readers.run(lambda conn: _recall(s, conn, req, now, query_vector))
+    if reply.memories:
+        ids = [memory.id for memory in reply.memories]
+        persist = asyncio.create_task(
+            s.writer.run(
+                lambda conn: recall_handler.record_access(conn, req.agent_id, ids, now=now),
+                durable=False,
+            )
+        )
+        s.background.add(persist)
+        persist.add_done_callback(s.background.discard)
+    return reply
 
 
 async def stats(s: Services, req: StatsRequest) -> StatsReply:
