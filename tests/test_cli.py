@@ -169,3 +169,27 @@ async def test_run_starts_an_embedded_server_serves_and_stops_cleanly_on_sigterm
     assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0, "embedded nats-server still running"
+
+
+async def test_the_worker_waits_for_a_nats_server_that_is_not_up_yet(tmp_path: Path) -> None:
+    from tests.conftest import worker_config
+    from worker.embedded import server_binary
+
+    port = free_port()
+    app = App(worker_config(f"nats://127.0.0.1:{port}", tmp_path / "memory.db"))
+    starting = asyncio.create_task(app.start())
+    await asyncio.sleep(1.5)
+    assert not starting.done()
+    server = subprocess.Popen(
+        [server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js")],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await asyncio.wait_for(starting, 20)
+        nc = await nats.connect(f"nats://127.0.0.1:{port}")
+        assert (await Client(nc).store("a", "late server"))["stored"] is True
+        await nc.close()
+    finally:
+        await app.stop()
+        server.terminate()
+        server.wait()

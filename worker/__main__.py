@@ -101,6 +101,8 @@ def _call(
 ) -> int:
     import nats.errors
 
+    from worker.bus import ConnectionFailed
+
     url = client_url(config, args.nats_url)
     try:
         return asyncio.run(_request(config, url, subject, body, args.timeout, render))
@@ -108,6 +110,8 @@ def _call(
         print(f"memory-worker: no memory worker answers on {url}", file=sys.stderr)
     except (nats.errors.TimeoutError, TimeoutError):
         print(f"memory-worker: no reply within {args.timeout}s from {url}", file=sys.stderr)
+    except ConnectionFailed as error:
+        print(f"memory-worker: {error}", file=sys.stderr)
     except (OSError, nats.errors.Error) as error:
         print(f"memory-worker: cannot reach NATS at {url}: {error}", file=sys.stderr)
     return 2

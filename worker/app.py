@@ -62,6 +62,8 @@ class App:
         self.metrics: MetricsServer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._conn: apsw.Connection | None = None
+        self._writer: Writer | None = None
+        self._readers: Readers | None = None
         self._data_version = 0
 
     @property
@@ -80,7 +82,8 @@ class App:
         self._data_version = int(conn.pragma("data_version"))
         readers = Readers(db_path)
         index = MemoryIndex(readers.fresh, config.index_memory_mb * 1024 * 1024, wall_clock_ms)
-        writer = Writer(conn, after_commit=lambda c: self._catch_up(c, index))
+        self._writer = writer = Writer(conn, after_commit=lambda c: self._catch_up(c, index))
+        self._readers = readers
         writer.start()
         if not config.nats_url:
             self.embedded = EmbeddedServer(
@@ -172,11 +175,12 @@ class App:
         if self.nc is not None:
             with contextlib.suppress(Exception):
                 await self.nc.drain()
-        if self.services is not None:
-            if self.services.background:
-                await asyncio.wait(set(self.services.background), timeout=DRAIN_SECONDS)
-            self.services.writer.stop()
-            self.services.readers.close()
+        if self.services is not None and self.services.background:
+            await asyncio.wait(set(self.services.background), timeout=DRAIN_SECONDS)
+        if self._writer is not None:
+            self._writer.stop()
+        if self._readers is not None:
+            self._readers.close()
         if self._conn is not None:
             self._conn.close()
         if self.embedded is not None:

@@ -8,6 +8,7 @@ shutdown can wait for the ones in flight.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import time
 from typing import Any
@@ -28,6 +29,10 @@ SERVICE_VERSION = "0.1.0"
 QUEUE_GROUP = "memory-worker"
 
 
+class ConnectionFailed(RuntimeError):
+    """The first connection to NATS was refused; the message names the server and why."""
+
+
 def connect_options(config: Config) -> dict[str, Any]:
     options: dict[str, Any] = {"name": "memory-worker"}
     if config.nats_user:
@@ -45,16 +50,71 @@ def connect_options(config: Config) -> dict[str, Any]:
     return options
 
 
+async def _quiet(error: Exception) -> None:
+    pass
+
+
+def describe_failure(url: str, config: Config, error: BaseException) -> str:
+    """One line: which server, what went wrong, and the setting to look at."""
+    text = str(error) or type(error).__name__
+    message = f"cannot connect to NATS at {url}: {text}"
+    if "authorization violation" in text.lower():
+        return message + (
+            " (check MEMORY_WORKER_NATS_USER/_PASSWORD, MEMORY_WORKER_NATS_TOKEN or "
+            "MEMORY_WORKER_NATS_CREDS)"
+        )
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return message + " (is MEMORY_WORKER_NATS_TLS_CA the CA that signed its certificate?)"
+    if isinstance(error, (ssl.SSLError, ConnectionError)) and (
+        config.nats_tls_ca or config.nats_tls_cert or url.startswith("tls://")
+    ):
+        return message + (
+            " (the server ended the TLS handshake: does it require a client certificate "
+            "(MEMORY_WORKER_NATS_TLS_CERT/_KEY) signed by a CA it trusts?)"
+        )
+    return message
+
+
+def _refused(error: BaseException) -> bool:
+    """Errors that retrying cannot fix: credentials, certificates, missing files."""
+    text = str(error).lower()
+    return (
+        "authorization" in text
+        or "authentication" in text
+        or isinstance(error, ssl.SSLError | FileNotFoundError | PermissionError)
+        or "certificate" in text
+    )
+
+
 async def connect(url: str, config: Config, *, reconnect: bool = True) -> Any:
     """The worker's long-lived connection (reconnecting, logging its state), or with
-    reconnect=False a short-lived quiet client connection for the CLI."""
+    reconnect=False a short-lived quiet client connection for the CLI.
+
+    A refused CONNECT, TLS handshake or missing credentials file raises ConnectionFailed naming
+    the server and the cause, instead of being retried forever; the worker still waits for a
+    server that is merely not up yet."""
+    try:
+        options = connect_options(config)
+    except OSError as error:
+        raise ConnectionFailed(describe_failure(url, config, error)) from error
     if not reconnect:
-        return await nats.connect(
-            url, allow_reconnect=False, max_reconnect_attempts=0, **connect_options(config)
-        )
+        try:
+            return await nats.connect(
+                url, allow_reconnect=False, max_reconnect_attempts=0, error_cb=_quiet, **options
+            )
+        except (OSError, TimeoutError, nats.errors.Error) as error:
+            raise ConnectionFailed(describe_failure(url, config, error)) from error
+
+    connected = False
+    first_failure: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
 
     async def on_error(error: Exception) -> None:
-        log.warning("nats.error", error=str(error))
+        if not connected and _refused(error):
+            if not first_failure.done():
+                first_failure.set_result(error)
+            return
+        # A server that is not up yet is waited for (compose and systemd may start us first).
+        log.warning("nats.error", url=url, error=str(error) or type(error).__name__)
 
     async def on_disconnected() -> None:
         log.warning("nats.disconnected")
@@ -62,15 +122,31 @@ async def connect(url: str, config: Config, *, reconnect: bool = True) -> Any:
     async def on_reconnected() -> None:
         log.info("nats.reconnected")
 
-    return await nats.connect(
-        url,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.5,
-        error_cb=on_error,
-        disconnected_cb=on_disconnected,
-        reconnected_cb=on_reconnected,
-        **connect_options(config),
+    connecting = asyncio.ensure_future(
+        nats.connect(
+            url,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            error_cb=on_error,
+            disconnected_cb=on_disconnected,
+            reconnected_cb=on_reconnected,
+            **options,
+        )
     )
+    waiting: list[asyncio.Future[Any]] = [connecting, first_failure]
+    try:
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not connecting.done():
+            connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await connecting
+    if first_failure.done():
+        failure = first_failure.result()
+        raise ConnectionFailed(describe_failure(url, config, failure)) from failure
+    first_failure.cancel()
+    connected = True
+    return connecting.result()
 
 
 class MemoryService:
