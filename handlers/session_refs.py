@@ -6,6 +6,19 @@ from collections.abc import Iterable
 
 import apsw
 
+from schema.errors import NotFound
+
+# A reference in a session's list: (memory id, or None where it went missing; role; timestamp).
+Ref = tuple[str | None, str, int]
+
+
+def require_session(conn: apsw.Connection, agent_id: str, session_id: str) -> None:
+    found = conn.execute(
+        "SELECT 1 FROM sessions WHERE agent_id = ? AND id = ?", (agent_id, session_id)
+    ).fetchone()
+    if found is None:
+        raise NotFound(f"session `{session_id}` of agent `{agent_id}` not found (at `$.sessionId`)")
+
 
 def ensure_session(conn: apsw.Connection, agent_id: str, session_id: str, now: int) -> None:
     conn.execute(
@@ -43,9 +56,7 @@ def append_message(
     return True
 
 
-def read_messages(
-    conn: apsw.Connection, agent_id: str, session_id: str
-) -> list[tuple[str | None, str, int]]:
+def read_messages(conn: apsw.Connection, agent_id: str, session_id: str) -> list[Ref]:
     """The list in order, as (memory id or None, role, timestamp)."""
     return [
         (row[0], row[1], row[2])
@@ -61,7 +72,7 @@ def write_messages(
     conn: apsw.Connection,
     agent_id: str,
     session_id: str,
-    refs: Iterable[tuple[str | None, str, int]],
+    refs: Iterable[Ref],
 ) -> None:
     """Replace the whole list."""
     conn.execute(

@@ -68,10 +68,12 @@ def insert_memory(
     session_id: str | None = None,
     metadata: dict[str, Any] | None = None,
     embedding: Embedding | None = None,
+    append_to_session: bool = True,
 ) -> tuple[str, bool]:
     """Store one memory unless the agent has its content already; returns (id, deduplicated).
 
-    Shared by store, session compaction and repair, so every memory is written the same way.
+    Shared by store, session compaction and repair, so every memory is written the same way
+    (compaction and repair place the new memory in the session's list themselves).
     """
     digest = content_hash(content)
     row = conn.execute(
@@ -104,7 +106,7 @@ def insert_memory(
                 now,
             ),
         )
-    if session_id is not None:
+    if session_id is not None and append_to_session:
         append_message(conn, agent_id, session_id, (memory_id, ref_role, ref_timestamp), now)
     return memory_id, deduplicated
 
@@ -135,3 +137,32 @@ def store(
         embedding=embedding,
     )
     return StoreReply(id=memory_id, stored=not deduplicated, deduplicated=deduplicated)
+
+
+def vectorless(conn: apsw.Connection, agent_id: str, limit: int) -> list[tuple[str, str]]:
+    """(id, content) of up to `limit` of the agent's memories stored without a vector."""
+    return [
+        (row[0], row[1])
+        for row in conn.execute(
+            "SELECT id, content FROM memories WHERE agent_id = ? AND embedding IS NULL "
+            "ORDER BY created_at DESC LIMIT ?",
+            (agent_id, limit),
+        )
+    ]
+
+
+def set_embeddings(
+    conn: apsw.Connection,
+    agent_id: str,
+    model: str,
+    vectors: list[tuple[str, np.ndarray[Any, np.dtype[np.float32]]]],
+) -> None:
+    """Fill in vectors for memories that still have none."""
+    conn.executemany(
+        "UPDATE memories SET embedding = ?, embedding_model = ? "
+        "WHERE id = ? AND agent_id = ? AND embedding IS NULL",
+        [
+            (vector.astype(np.float32).tobytes(), model, memory_id, agent_id)
+            for memory_id, vector in vectors
+        ],
+    )

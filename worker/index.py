@@ -27,7 +27,7 @@ CREATE TEMP TRIGGER IF NOT EXISTS index_on_insert AFTER INSERT ON main.memories 
 CREATE TEMP TRIGGER IF NOT EXISTS index_on_delete AFTER DELETE ON main.memories BEGIN
     INSERT INTO index_changes VALUES (old.agent_id, old.id, 'delete'); END;
 CREATE TEMP TRIGGER IF NOT EXISTS index_on_rescore
-    AFTER UPDATE OF confidence, importance, timestamp ON main.memories BEGIN
+    AFTER UPDATE OF confidence, importance, timestamp, embedding ON main.memories BEGIN
     INSERT INTO index_changes VALUES (new.agent_id, new.id, 'upsert'); END;
 """
 ROW_SQL = (
@@ -123,6 +123,7 @@ class AgentIndex:
         existing = self.row_of.get(memory_id)
         if existing is not None:
             self._set_scores(existing, timestamp, importance, confidence)
+            self._set_vector(existing, row[6], row[7])
             return
         at = len(self.ids)
         if at == len(self.live):
@@ -136,17 +137,20 @@ class AgentIndex:
         if session_id is not None:
             code = self.session_codes.setdefault(session_id, len(self.session_codes))
             self.session[at] = code
-        blob, model = row[6], row[7]
-        if blob is not None and model is not None:
-            vector = np.frombuffer(blob, dtype=np.float32)
-            if model not in self.vectors:
-                self.vectors[model] = np.zeros((len(self.live), len(vector)), dtype=np.float32)
-                self.has_vector[model] = np.zeros(len(self.live), dtype=np.bool_)
-            if self.vectors[model].shape[1] == len(vector):
-                self.vectors[model][at] = vector
-                self.has_vector[model][at] = True
+        self._set_vector(at, row[6], row[7])
         for token in set(tokens(row[8])):
             self.postings.add(token, at)
+
+    def _set_vector(self, at: int, blob: bytes | None, model: str | None) -> None:
+        if blob is None or model is None:
+            return
+        vector = np.frombuffer(blob, dtype=np.float32)
+        if model not in self.vectors:
+            self.vectors[model] = np.zeros((len(self.live), len(vector)), dtype=np.float32)
+            self.has_vector[model] = np.zeros(len(self.live), dtype=np.bool_)
+        if self.vectors[model].shape[1] == len(vector):
+            self.vectors[model][at] = vector
+            self.has_vector[model][at] = True
 
     def count_access(self, memory_ids: list[str]) -> dict[str, int]:
         """Add one access to each (live) memory; their counts after it."""

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from schema.base import Request
+from schema.kg import KgAddRequest, KgQueryRequest
 from schema.memory import ConsolidateRequest, EvictRequest, RecallRequest, StoreRequest
+from schema.session import CompactRequest, RepairRequest, SessionListRequest
 from schema.stats import StatsRequest
 from worker import routes
 from worker.services import Services
@@ -33,6 +35,11 @@ ROUTES: tuple[Route, ...] = (
     Route("memory::recall", RecallRequest, routes.recall),
     Route("memory::evict", EvictRequest, routes.evict),
     Route("memory::consolidate", ConsolidateRequest, routes.consolidate),
+    Route("memory::kg::add", KgAddRequest, routes.kg_add),
+    Route("memory::kg::query", KgQueryRequest, routes.kg_query),
+    Route("memory::session::list", SessionListRequest, routes.session_list),
+    Route("memory::session::compact", CompactRequest, routes.session_compact),
+    Route("memory::session::repair", RepairRequest, routes.session_repair),
     Route("memory::stats", StatsRequest, routes.stats),
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}

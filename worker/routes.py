@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Literal
 
 import apsw
 
+from handlers import kg, session
 from handlers import recall as recall_handler
 from handlers.consolidate import consolidate as consolidate_handler
 from handlers.evict import evict as evict_handler
+from handlers.session_repair import repair
 from handlers.stats import database_counts
-from handlers.store import check_store
+from handlers.store import check_store, set_embeddings, vectorless
 from handlers.store import store as store_handler
+from schema.kg import KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest
 from schema.memory import (
     ConsolidateReply,
     ConsolidateRequest,
@@ -26,8 +30,17 @@ from schema.memory import (
     StoreReply,
     StoreRequest,
 )
+from schema.session import (
+    CompactReply,
+    CompactRequest,
+    RepairReply,
+    RepairRequest,
+    SessionListReply,
+    SessionListRequest,
+)
 from schema.stats import JobFigures, StatsReply, StatsRequest, TriggerFigures
 from worker.embedders import Vector
+from worker.llm import summarise
 from worker.services import Services
 
 
@@ -122,6 +135,56 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
             for name, record in s.jobs.items()
         },
     )
+
+
+async def kg_add(s: Services, req: KgAddRequest) -> KgAddReply:
+    return await s.writer.run(lambda conn: kg.kg_add(conn, req, now=s.clock()))
+
+
+async def kg_query(s: Services, req: KgQueryRequest) -> KgQueryReply:
+    return await s.readers.run(lambda conn: kg.kg_query(conn, req))
+
+
+async def session_list(s: Services, req: SessionListRequest) -> SessionListReply:
+    return await s.readers.run(lambda conn: session.session_list(conn, req))
+
+
+async def session_compact(s: Services, req: CompactRequest) -> CompactReply:
+    plan = await s.readers.run(lambda conn: session.plan_compaction(conn, req))
+    if isinstance(plan, CompactReply):
+        return plan
+    summary = await summarise(s.nc, s.config, plan.chunks)
+    summarizer: Literal["llm", "fallback"] = "llm" if summary else "fallback"
+    text = summary or plan.fallback
+    [vector] = await s.embedder.embed([text], query=False)
+    embedding = None if vector is None else (s.embedder.name, vector)
+    return await s.writer.run(
+        lambda conn: session.apply_compaction(
+            conn, req, plan, summary=text, summarizer=summarizer, now=s.clock(), embedding=embedding
+        )
+    )
+
+
+async def session_repair(s: Services, req: RepairRequest) -> RepairReply:
+    reply = await s.writer.run(lambda conn: repair(conn, req, now=s.clock()))
+    if reply.stats.consecutive_merged:
+        await embed_missing(s, req.agent_id)
+    return reply
+
+
+async def embed_missing(s: Services, agent_id: str, batch: int = 64) -> None:
+    """Give vectors to the agent's memories that have none (repair's merged messages, stores
+    whose embedding call failed), a batch at a time; a no-op without an embedder."""
+    if s.embedder.name == "none":
+        return
+    rows = await s.readers.run(lambda conn: vectorless(conn, agent_id, batch))
+    if not rows:
+        return
+    vectors = await s.embedder.embed([content for _, content in rows], query=False)
+    found = [
+        (memory_id, v) for (memory_id, _), v in zip(rows, vectors, strict=True) if v is not None
+    ]
+    await s.writer.run(lambda conn: set_embeddings(conn, agent_id, s.embedder.name, found))
 
 
 async def evict(s: Services, req: EvictRequest) -> EvictReply:
