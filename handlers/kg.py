@@ -14,6 +14,7 @@ import apsw
 import msgspec
 from msgspec import UNSET
 
+from handlers.store import check_nesting
 from schema.errors import InvalidRequest, PayloadTooLarge
 from schema.kg import EntityOut, KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest, RelationOut
 
@@ -36,6 +37,7 @@ def kg_add(conn: apsw.Connection, req: KgAddRequest, *, now: int) -> KgAddReply:
             "(at `$.entity.relations`)"
         )
     properties: dict[str, Any] = {} if entity.properties is UNSET else entity.properties
+    check_nesting(properties, "$.entity.properties")
     encoded = msgspec.json.encode(properties)
     if len(encoded) > MAX_PROPERTIES_BYTES:
         raise PayloadTooLarge(

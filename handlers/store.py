@@ -38,6 +38,31 @@ def estimate_importance(content: str, role: str) -> float:
     return min(1.0, importance)
 
 
+MAX_NESTING = 64
+
+
+def nesting_depth(value: Any) -> int:
+    """How deeply objects and arrays nest in a decoded JSON value (a scalar is 0)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        )
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def check_nesting(value: Any, field: str) -> None:
+    """A fixed, documented limit rather than wherever the decoder's recursion gives out."""
+    if nesting_depth(value) > MAX_NESTING:
+        raise InvalidRequest(f"nested deeper than {MAX_NESTING} levels (at `{field}`)")
+
+
 def check_store(req: StoreRequest, max_content_bytes: int) -> None:
     """Refuse what the struct's types cannot express: blank or oversize content and metadata."""
     if not req.content.strip():
@@ -48,6 +73,7 @@ def check_store(req: StoreRequest, max_content_bytes: int) -> None:
             f"content is {size} bytes, more than the limit of {max_content_bytes} (at `$.content`)"
         )
     if req.metadata is not UNSET:
+        check_nesting(req.metadata, "$.metadata")
         encoded = len(msgspec.json.encode(req.metadata))
         if encoded > MAX_METADATA_BYTES:
             raise PayloadTooLarge(

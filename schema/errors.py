@@ -16,7 +16,23 @@ class WorkerError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
-        self.message = message.replace("\r", " ").replace("\n", " ")
+        self.message = one_line(message)
+
+
+MAX_MESSAGE_CHARS = 480
+
+
+def one_line(message: str) -> str:
+    """A message fit for the one-line `Nats-Service-Error` header: printable, and short even
+    when it quotes a huge key or value from the request (a reply over NATS's max payload would
+    cost the worker its connection)."""
+    printable = "".join(
+        char if char.isprintable() else ascii(char)[1:-1]
+        for char in message.replace("\r", " ").replace("\n", " ")
+    )
+    if len(printable) <= MAX_MESSAGE_CHARS:
+        return printable
+    return printable[:320] + " … " + printable[-150:]
 
 
 class InvalidRequest(WorkerError):

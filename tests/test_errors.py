@@ -105,6 +105,20 @@ async def test_out_of_range_and_wrong_type_values_name_the_field(
     assert field in reply.body["error"]["message"]
 
 
+async def test_metadata_nests_at_most_64_levels(client: Client, worker: App) -> None:
+    def nested(levels: int) -> object:
+        value: object = 1
+        for _ in range(levels - 1):
+            value = [value]
+        return value
+
+    too_deep = {"agentId": "a", "content": "x", "metadata": {"k": nested(64)}}
+    reply = await client.call("memory::store", too_deep)
+    assert reply.code == "400" and "$.metadata" in reply.body["error"]["message"]
+    deepest = {"agentId": "a", "content": "x", "metadata": {"k": nested(63)}}
+    assert (await client.call("memory::store", deepest)).ok
+
+
 async def test_an_empty_body_is_an_empty_object(client: Client) -> None:
     reply = await client.raw("memory::consolidate", b"")
     assert reply.ok and reply.body["memoriesDecayed"] == 0

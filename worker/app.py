@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -65,6 +66,7 @@ class App:
         self._writer: Writer | None = None
         self._readers: Readers | None = None
         self._data_version = 0
+        self.connection_lost = asyncio.Event()
 
     @property
     def nats_url(self) -> str:
@@ -90,7 +92,7 @@ class App:
                 port=config.embedded_port, store_dir=db_path.parent / "nats"
             )
             await self.embedded.start()
-        self.nc = await connect(self.nats_url, config)
+        self.nc = await connect(self.nats_url, config, on_closed=self.connection_lost.set)
         self.services = Services(
             config=config,
             writer=writer,
@@ -159,22 +161,24 @@ class App:
             await self.services.writer.run(lambda conn: None, durable=False)
 
     async def stop(self) -> None:
+        """Each phase runs even if an earlier one failed (a connection the server closed must
+        not keep the database open)."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        connected = self.nc is not None and not self.nc.is_closed
         if self.metrics is not None:
-            await self.metrics.stop()
-        if self.ingest is not None:
-            await self.ingest.stop(timeout=DRAIN_SECONDS)
-        if self.service is not None:
-            await self.service.stop(timeout=DRAIN_SECONDS)
+            await _phase("metrics", self.metrics.stop())
+        if self.ingest is not None and connected:
+            await _phase("ingest", self.ingest.stop(timeout=DRAIN_SECONDS))
+        if self.service is not None and connected:
+            await _phase("service", self.service.stop(timeout=DRAIN_SECONDS))
         if self.services is not None:
-            await self.services.embedder.close()
-        if self.nc is not None:
-            with contextlib.suppress(Exception):
-                await self.nc.drain()
+            await _phase("embedder", self.services.embedder.close())
+        if connected:
+            await _phase("nats", self.nc.drain())
         if self.services is not None and self.services.background:
             await asyncio.wait(set(self.services.background), timeout=DRAIN_SECONDS)
         if self._writer is not None:
@@ -188,6 +192,13 @@ class App:
         log.info("worker.stopped")
 
 
+async def _phase(name: str, step: Awaitable[Any]) -> None:
+    try:
+        await step
+    except Exception as error:
+        log.warning("worker.stop_phase_failed", phase=name, error=type(error).__name__)
+
+
 async def run(config: Config) -> None:
     """The daemon: run until SIGTERM or SIGINT, then shut down cleanly."""
     stop = asyncio.Event()
@@ -197,7 +208,10 @@ async def run(config: Config) -> None:
     app = App(config)
     try:
         await app.start()
-        await stop.wait()
+        lost = asyncio.create_task(app.connection_lost.wait())
+        await asyncio.wait([lost, asyncio.create_task(stop.wait())], return_when="FIRST_COMPLETED")
+        if app.connection_lost.is_set():
+            raise ConnectionError("the NATS connection was closed for good; exiting to restart")
         log.info("worker.stopping")
     finally:
         await app.stop()

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import ssl
 import time
+from collections.abc import Callable
 from typing import Any
 
 import nats
@@ -86,7 +87,13 @@ def _refused(error: BaseException) -> bool:
     )
 
 
-async def connect(url: str, config: Config, *, reconnect: bool = True) -> Any:
+async def connect(
+    url: str,
+    config: Config,
+    *,
+    reconnect: bool = True,
+    on_closed: Callable[[], None] | None = None,
+) -> Any:
     """The worker's long-lived connection (reconnecting, logging its state), or with
     reconnect=False a short-lived quiet client connection for the CLI.
 
@@ -122,6 +129,10 @@ async def connect(url: str, config: Config, *, reconnect: bool = True) -> Any:
     async def on_reconnected() -> None:
         log.info("nats.reconnected")
 
+    async def on_closed_cb() -> None:
+        if connected and on_closed is not None:
+            on_closed()
+
     connecting = asyncio.ensure_future(
         nats.connect(
             url,
@@ -130,6 +141,7 @@ async def connect(url: str, config: Config, *, reconnect: bool = True) -> Any:
             error_cb=on_error,
             disconnected_cb=on_disconnected,
             reconnected_cb=on_reconnected,
+            closed_cb=on_closed_cb,
             **options,
         )
     )

@@ -15,6 +15,7 @@ import msgspec
 import structlog
 
 from schema.errors import Internal, InvalidRequest, Unavailable, WorkerError, error_reply
+from worker.locate import field_at, invalid_utf8_offset, malformed_offset, too_deep_offset
 from worker.registry import Route
 from worker.services import Services, TriggerStats
 
@@ -47,11 +48,15 @@ class Dispatcher:
         except msgspec.ValidationError as error:
             raise InvalidRequest(f"invalid request: {error}") from None
         except msgspec.DecodeError as error:
-            raise InvalidRequest(f"malformed JSON: {error}") from None
-        except UnicodeDecodeError as error:
-            raise InvalidRequest(f"request is not valid UTF-8 (byte {error.start})") from None
+            where = field_at(data, malformed_offset(data, str(error)))
+            raise InvalidRequest(f"malformed JSON: {error}{where}") from None
+        except UnicodeDecodeError:
+            offset = invalid_utf8_offset(data)
+            where = field_at(data, offset)
+            raise InvalidRequest(f"request is not valid UTF-8 (byte {offset}){where}") from None
         except RecursionError:
-            raise InvalidRequest("request is nested too deeply") from None
+            where = field_at(data, too_deep_offset(data))
+            raise InvalidRequest(f"request is nested too deeply{where}") from None
 
     async def handle(self, trigger: str, data: bytes, *, source: str = "bus") -> Outcome:
         started = time.perf_counter()
