@@ -108,7 +108,7 @@ async def test_out_of_range_and_wrong_type_values_name_the_field(
 async def test_metadata_nests_at_most_64_levels(client: Client, worker: App) -> None:
     def nested(levels: int) -> object:
         value: object = 1
-        for _ in range(levels - 1):
+        for _ in range(levels):
             value = [value]
         return value
 
