@@ -1,0 +1,161 @@
+"""deploy/: what can be checked here without systemd, Docker or Kubernetes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+import yaml
+from nats.errors import Error as NatsError
+
+from tests.conftest import worker_config
+from tests.support import Client
+from tests.test_cli import free_port
+from worker.app import App
+from worker.config import FIELDS, env_name
+from worker.embedded import server_binary
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+CONF = DEPLOY / "nats" / "nats-server.conf"
+PASSWORDS = {"WORKER_PASSWORD": "worker-secret", "CLIENT_PASSWORD": "client-secret"}
+
+
+def deploy_files() -> list[Path]:
+    return [path for path in DEPLOY.rglob("*") if path.is_file()]
+
+
+def test_every_setting_the_deploy_files_use_exists_in_the_configuration() -> None:
+    known = {env_name(field) for field in FIELDS}
+    used = {
+        name
+        for path in deploy_files()
+        for name in re.findall(r"MEMORY_WORKER_[A-Z_]+", path.read_text(encoding="utf-8"))
+    }
+    assert used and used <= known, sorted(used - known)
+
+
+def test_the_example_environment_lists_every_setting() -> None:
+    listed = set(re.findall(r"^#?(MEMORY_WORKER_[A-Z_]+)=", (DEPLOY / "memory-worker.env.example")
+                            .read_text(encoding="utf-8"), re.M))  # fmt: skip
+    assert listed == {env_name(field) for field in FIELDS}
+
+
+def test_compose_and_kubernetes_files_parse() -> None:
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))
+    assert set(compose["services"]) == {"nats", "worker"}
+    assert compose["services"]["worker"]["build"]["dockerfile"] == "deploy/Containerfile"
+    kinds = []
+    for path in sorted((DEPLOY / "kubernetes").glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            kinds.append(document["kind"])
+    assert sorted(kinds) == ["ConfigMap", "Secret", "StatefulSet"]
+
+
+def test_container_file_runs_as_non_root_with_a_health_check() -> None:
+    text = (DEPLOY / "Containerfile").read_text(encoding="utf-8")
+    assert re.search(r"^USER memory$", text, re.M)
+    assert "HEALTHCHECK" in text and '"memory-worker", "check"' in text
+    assert "VOLUME /data" in text
+
+
+def test_systemd_unit_is_hardened_and_lets_the_worker_drain() -> None:
+    unit = (DEPLOY / "systemd" / "memory-worker.service").read_text(encoding="utf-8")
+    for line in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes",
+                 "PrivateTmp=yes", "KillMode=mixed", "Restart=on-failure",
+                 "StateDirectory=memory-worker"):  # fmt: skip
+        assert re.search(rf"^{re.escape(line)}$", unit, re.M), line
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")
+def test_systemd_unit_verifies() -> None:
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(DEPLOY / "systemd" / "memory-worker.service")],
+        capture_output=True,
+        text=True,
+    )
+    # The one complaint expected here: the worker is not installed in /opt on this machine.
+    problems = [
+        line
+        for line in done.stderr.splitlines()
+        if line.strip() and "is not executable: No such file or directory" not in line
+    ]
+    assert problems == [], done.stderr
+
+
+def test_nats_config_is_valid() -> None:
+    done = subprocess.run(
+        [server_binary(), "-c", str(CONF), "-t"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **PASSWORDS},
+    )
+    assert done.returncode == 0, done.stderr
+
+
+async def test_only_the_worker_account_may_serve_memory_subjects(tmp_path: Path) -> None:
+    port = free_port()
+    conf = tmp_path / "nats.conf"
+    conf.write_text(
+        CONF.read_text(encoding="utf-8")
+        .replace("port: 4222", f"port: {port}")
+        .replace("http_port: 8222", "")
+        .replace('"/data"', f'"{tmp_path / "js"}"'),
+        encoding="utf-8",
+    )
+    server = subprocess.Popen(
+        [server_binary(), "-c", str(conf)],
+        env={**os.environ, **PASSWORDS},
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"nats://127.0.0.1:{port}"
+    try:
+        for _ in range(50):
+            try:
+                worker = await nats.connect(url, user="worker", password="worker-secret")
+                break
+            except Exception:
+                await asyncio.sleep(0.1)
+        errors: list[Exception] = []
+
+        async def note(error: Exception) -> None:
+            errors.append(error)
+
+        client = await nats.connect(url, user="client", password="client-secret", error_cb=note)
+
+        async def answer(msg: Any) -> None:
+            await msg.respond(b"from the worker")
+
+        await worker.subscribe("memory.store", queue="memory-worker", cb=answer)
+        impostor = await client.subscribe("memory.store")
+        await client.flush()
+        await asyncio.sleep(0.3)
+        assert any("permissions violation" in str(e).lower() for e in errors), errors
+        reply = await client.request("memory.store", b"{}", timeout=2)
+        assert reply.data == b"from the worker"
+        with pytest.raises((NatsError, TimeoutError)):
+            await impostor.next_msg(timeout=0.3)
+        await worker.close()
+        # The real worker, ingest stream included, runs within the worker user's permissions.
+        app = App(
+            worker_config(
+                url, tmp_path / "memory.db", nats_user="worker", nats_password="worker-secret"
+            )
+        )
+        await app.start()
+        try:
+            assert app.ingest is not None
+            stored = await Client(client).call("memory::store", {"agentId": "a", "content": "x"})
+            assert stored.ok, stored
+        finally:
+            await app.stop()
+        await client.close()
+    finally:
+        server.terminate()
+        server.wait()
