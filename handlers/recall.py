@@ -17,16 +17,18 @@ import numpy as np
 import numpy.typing as npt
 from msgspec import UNSET
 
-from handlers.text import query_keywords
+from handlers.text import query_keywords, stem
 from schema.memory import RecalledMemory, RecallReply, RecallRequest
 
 WEEK_MS = 604_800_000.0
 ROLE_CODES = {"user": 0, "assistant": 1, "system": 2}
-KeywordMode = Literal["share", "idf"]
+KeywordMode = Literal["share", "idf", "stems"]
 
 
 class Postings(Protocol):
     def get(self, token: str) -> npt.NDArray[np.int64] | None: ...
+
+    def variants(self, stemmed: str) -> Sequence[str]: ...
 
 
 @dataclass
@@ -64,6 +66,20 @@ def growth(timestamp: int, anchor_ms: int) -> float:
     return math.inf if exponent > 1023 else 2.0**exponent
 
 
+def idf(rows: int, frequency: int) -> float:
+    """BM25's inverse document frequency; a word no memory has counts as the rarest (1)."""
+    frequency = max(1, frequency)
+    return math.log((rows - frequency + 0.5) / (frequency + 0.5) + 1.0)
+
+
+def stem_posting(postings: Postings, stemmed: str) -> npt.NDArray[np.int64] | None:
+    """Rows having any word with this stem, each once."""
+    found = [p for token in postings.variants(stemmed) if (p := postings.get(token)) is not None]
+    if len(found) <= 1:
+        return found[0] if found else None
+    return np.unique(np.concatenate(found))
+
+
 def keyword_weights(
     columns: Columns, keywords: list[str], mode: KeywordMode
 ) -> list[tuple[npt.NDArray[np.int64] | None, float]]:
@@ -71,21 +87,23 @@ def keyword_weights(
 
     `share` weighs every keyword alike, as the contract says; `idf` weighs rare ones more (a
     keyword no memory has weighs as much as the rarest one, so an unmatched query word still
-    lowers every memory's share). With equal weights both give the same value.
+    lowers every memory's share); `stems` is `idf` over Snowball stems, so "painted" finds
+    "painting". With equal weights and no stemming all give the contract's value.
     """
-    if not keywords:
+    if mode == "stems":
+        stems = list(dict.fromkeys(stem(keyword) for keyword in keywords))
+        postings = [stem_posting(columns.postings, stemmed) for stemmed in stems]
+    else:
+        postings = [columns.postings.get(keyword) for keyword in keywords]
+    if not postings:
         return []
-    weights = []
-    live_count = max(1, columns.rows)
-    for keyword in keywords:
-        posting = columns.postings.get(keyword)
-        if mode == "idf":
-            frequency = 0 if posting is None else len(posting)
-            weights.append((posting, math.log1p(live_count / max(1, frequency))))
-        else:
-            weights.append((posting, 1.0))
-    total = sum(weight for _, weight in weights)
-    return [(posting, weight / total) for posting, weight in weights]
+    if mode == "share":
+        weights = [1.0] * len(postings)
+    else:
+        rows = max(1, columns.rows)
+        weights = [idf(rows, 0 if p is None else len(p)) for p in postings]
+    total = sum(weights)
+    return [(posting, weight / total) for posting, weight in zip(postings, weights, strict=True)]
 
 
 def scores(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
+
+import snowballstemmer  # type: ignore[import-untyped]  # ships no type information
 
 WORD = re.compile(r"\w+")
 
@@ -195,6 +198,17 @@ STOPWORDS = frozenset(
 def tokens(text: str) -> list[str]:
     """Casefolded `\\w+` tokens, in order."""
     return WORD.findall(text.casefold())
+
+
+_ENGLISH = snowballstemmer.stemmer("english")
+
+
+@lru_cache(maxsize=1 << 16)
+def stem(token: str) -> str:
+    """The token's English Snowball stem ("painting", "painted" -> "paint"), for the `stems`
+    keyword mode; tokens are stemmed once however many memories share them."""
+    stemmed: str = _ENGLISH.stemWord(token)
+    return stemmed
 
 
 def query_keywords(query: str) -> list[str]:

@@ -11,28 +11,55 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers.recall import rank
-from handlers.text import STOPWORDS
+from handlers.recall import KeywordMode, rank
+from handlers.text import STOPWORDS, stem
 from schema.memory import RecallRequest
 from worker.index import AgentIndex
 
-WORDS = ["cat", "category", "dog", "the", "and", "deploy", "Deploy", "key", "rotates", "über", "a1"]
+WORDS = ["cat", "cats", "category", "dog", "the", "and", "deploy", "Deploying", "deployed", "key"]
+WORDS += ["rotates", "über", "a1"]
 WEEK = 604_800_000
 NOW = 1_800_000_000_000
 ROLES = ["user", "assistant", "system"]
 
 
+def reference_keyword(
+    content: str, keywords: list[str], everything: list[str], mode: KeywordMode
+) -> float:
+    """Contract section 3's share; `idf` and `stems` weigh each keyword by BM25's IDF over all
+    of the agent's memories (`stems` comparing Snowball stems instead of words)."""
+
+    def words(text: str) -> set[str]:
+        found = set(re.findall(r"\w+", text.casefold()))
+        return {stem(w) for w in found} if mode == "stems" else found
+
+    if mode == "stems":
+        keywords = list(dict.fromkeys(stem(k) for k in keywords))
+    if not keywords:
+        return 0.0
+    weights = dict.fromkeys(keywords, 1.0)
+    if mode != "share":
+        n = len(everything)
+        for k in keywords:
+            frequency = max(1, sum(1 for text in everything if k in words(text)))
+            weights[k] = math.log((n - frequency + 0.5) / (frequency + 0.5) + 1.0)
+    present = words(content)
+    return sum(weights[k] for k in keywords if k in present) / sum(weights.values())
+
+
 def reference_scores(
-    memories: list[dict[str, object]], query: str, query_vector: list[float] | None
+    memories: list[dict[str, object]],
+    query: str,
+    query_vector: list[float] | None,
+    mode: KeywordMode = "share",
+    everything: list[str] | None = None,
 ) -> dict[str, float]:
     found = list(dict.fromkeys(re.findall(r"\w+", query.casefold())))
     keywords = [w for w in found if w not in STOPWORDS] or found
+    contents = everything if everything is not None else [str(m["content"]) for m in memories]
     scores = {}
     for memory in memories:
-        content_tokens = set(re.findall(r"\w+", str(memory["content"]).casefold()))
-        keyword = (
-            sum(1 for k in keywords if k in content_tokens) / len(keywords) if keywords else 0.0
-        )
+        keyword = reference_keyword(str(memory["content"]), keywords, contents, mode)
         cosine = 0.0
         vector = memory["vector"]
         if query_vector is not None and isinstance(vector, list):
@@ -78,15 +105,18 @@ memory_strategy = st.fixed_dictionaries(
     limit=st.integers(1, 12),
     data=st.data(),
     roles=st.none() | st.lists(st.sampled_from(ROLES), min_size=1, max_size=3, unique=True),
+    mode=st.sampled_from(["share", "idf", "stems"]),
 )
-def test_top_k_equals_the_plain_python_formula(
+def test_top_k_equals_the_plain_python_formula_in_every_keyword_mode(
     memories: list[dict[str, object]],
     query: str,
     query_vector: list[float] | None,
     limit: int,
     roles: list[str] | None,
+    mode: KeywordMode,
     data: st.DataObject,
 ) -> None:
+    """For random memories and queries, in each keyword mode, rank's top-k is the reference's."""
     index = AgentIndex(anchor_ms=NOW - 3 * WEEK)
     # Ids in an order unrelated to insertion, so the id tie-break cannot pass by accident.
     names = data.draw(st.permutations([f"m{n:03d}" for n in range(len(memories))]))
@@ -116,10 +146,11 @@ def test_top_k_equals_the_plain_python_formula(
         {"agentId": "a", "query": query, "limit": limit, **({"roles": roles} if roles else {})},
         RecallRequest,
     )
-    ours = rank(index.columns(), request, now=NOW, query_vector=qvec)
+    ours = rank(index.columns(), request, now=NOW, query_vector=qvec, keyword_mode=mode)
 
     eligible = [m for m in memories if roles is None or m["role"] in roles]
-    reference = reference_scores(eligible, query, query_vector)
+    everything = [str(m["content"]) for m in memories]
+    reference = reference_scores(eligible, query, query_vector, mode, everything)
     timestamps = {str(m["id"]): int(str(m["timestamp"])) for m in eligible}
     expected = sorted(reference, key=lambda i: (-reference[i], -timestamps[i], i))[:limit]
     assert len(ours) == len(expected)

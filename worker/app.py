@@ -28,7 +28,7 @@ from worker.embedded import EmbeddedServer
 from worker.embedders import Embedder, NoEmbedder
 from worker.embedders.bus import BusEmbedder
 from worker.embedders.hashing import HashingModel
-from worker.embedders.local import BatchingEmbedder
+from worker.embedders.local import BatchingEmbedder, LocalModel
 from worker.index import MemoryIndex, install_change_log, take_changes
 from worker.ingest import Ingest
 from worker.metrics import MetricsServer
@@ -47,7 +47,24 @@ def make_embedder(config: Config, nc: Any) -> Embedder:
         return NoEmbedder()
     if config.embedder == "bus":
         return BusEmbedder(nc, timeout=config.embed_timeout)
-    return BatchingEmbedder(HashingModel())
+    return BatchingEmbedder(builtin_model(config.builtin_model))
+
+
+def builtin_model(name: str) -> LocalModel:
+    """The learned model if its wheels are installed, else the hashing stand-in (logged)."""
+    try:
+        if name == "hash":
+            return HashingModel()
+        if name == "e5":
+            from worker.embedders.e5 import E5Small
+
+            return E5Small()
+        from worker.embedders.minilm import MiniLM
+
+        return MiniLM()
+    except (ImportError, OSError) as error:
+        log.error("embedder.builtin_unavailable", model=name, error=str(error), using="hash")
+        return HashingModel()
 
 
 class App:

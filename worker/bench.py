@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -24,6 +23,7 @@ from typing import Any
 import nats
 
 from worker.bench_client import BenchClient, percentiles
+from worker.bench_corpus import Corpus
 from worker.bench_locomo import measure_locomo
 from worker.embedded import EmbeddedServer
 
@@ -43,23 +43,6 @@ def rss_mb(pid: int | None) -> float | None:
         if line.startswith("VmRSS:"):
             return round(int(line.split()[1]) / 1024, 1)
     return None
-
-
-class Corpus:
-    """Seeded synthetic memories: Zipf-distributed words, so some are common and most rare."""
-
-    def __init__(self, seed: int = 7, words: int = 20_000) -> None:
-        self.random = random.Random(seed)
-        syllables = ["ka", "lo", "mi", "ne", "ru", "ta", "vo", "shi", "pe", "dan", "qu", "el"]
-        self.words = [
-            "".join(self.random.choice(syllables) for _ in range(2 + i % 3)) + str(i % 97)
-            for i in range(words)
-        ]
-        self.weights = [1.0 / (rank + 1) for rank in range(words)]
-
-    def text(self, low: int, high: int) -> str:
-        count = self.random.randint(low, high)
-        return " ".join(self.random.choices(self.words, self.weights, k=count))
 
 
 async def wait_for_service(nc: Any, prefix: str, timeout: float = 60.0) -> None:
@@ -96,6 +79,8 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
     results["first_recall_ms"] = round(first_ms, 3)
     sequential = [(await client.timed("memory.recall", q))[0] for q in queries]
     results["recall"] = percentiles(sequential)
+    if args.embedder == "builtin":
+        results["query_embed"] = query_embed_percentiles([q["query"] for q in queries])
     _, _, seconds = await client.many("memory.recall", queries * 4, concurrency=16)
     results["recall"]["per_second_16_in_flight"] = round(len(queries) * 4 / seconds)
     results["recall_while_storing"] = await _mixed(client, corpus, queries, args.concurrency)
@@ -123,11 +108,27 @@ async def _mixed(
     return {**percentiles(latencies), "recalls": len(latencies)}
 
 
+def query_embed_percentiles(queries: list[str]) -> dict[str, float]:
+    """The builtin model's time for one query, in this process while the worker is idle: the
+    part of a recall's latency that is the model's, for the target 'embedding time + 5 ms'."""
+    from worker.app import builtin_model
+
+    model = builtin_model(os.environ.get("MEMORY_WORKER_BUILTIN_MODEL", "minilm"))
+    model.embed_queries(queries[:1])
+    latencies = []
+    for query in queries:
+        started = time.perf_counter()
+        model.embed_queries([query])
+        latencies.append((time.perf_counter() - started) * 1000)
+    return percentiles(latencies)
+
+
 def _spawn(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
 
 
 async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    args.embedder = args.embedder or os.environ.get("MEMORY_WORKER_EMBEDDER", "builtin")
     with tempfile.TemporaryDirectory(prefix="memory-bench-") as scratch:
         server = None
         url = args.nats_url
@@ -143,17 +144,14 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             "MEMORY_WORKER_EVICT_CRON": "",
             "MEMORY_WORKER_LOG_LEVEL": "warning",
         }
-        if args.embedder:
-            env["MEMORY_WORKER_EMBEDDER"] = args.embedder
+        env["MEMORY_WORKER_EMBEDDER"] = args.embedder
         if args.keyword:
             env["MEMORY_WORKER_KEYWORD"] = args.keyword
         echo = _spawn([sys.executable, "-m", "worker.bench_echo", url], env)
         worker = None if args.nats_url else _spawn([sys.executable, "-m", "worker", "run"], env)
         try:
             results = await measure(args, url, None if worker is None else worker.pid)
-            results["embedder"] = args.embedder or os.environ.get(
-                "MEMORY_WORKER_EMBEDDER", "builtin"
-            )
+            results["embedder"] = args.embedder
             return results
         finally:
             for process in (worker, echo):
@@ -175,6 +173,17 @@ def table(results: dict[str, Any]) -> str:
         ("first recall (loads the index) ms", results["first_recall_ms"]),
         ("recall p50 / p99 ms", f"{results['recall']['p50_ms']} / {results['recall']['p99_ms']}"),
         ("recall p50 / echo p50", results["recall"]["p50_vs_echo"]),
+        *(
+            [
+                ("query embedding p50 ms (builtin)", results["query_embed"]["p50_ms"]),
+                (
+                    "recall p50 minus embedding p50 ms",
+                    round(results["recall"]["p50_ms"] - results["query_embed"]["p50_ms"], 3),
+                ),
+            ]
+            if "query_embed" in results
+            else []
+        ),
         ("recalls per second (16 in flight)", results["recall"]["per_second_16_in_flight"]),
         (
             "recall p50 / p99 ms while storing",
@@ -201,7 +210,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recalls", type=int, default=300, help="sequential recalls timed")
     parser.add_argument("--echo", type=int, default=1000, help="echo round trips timed")
     parser.add_argument("--embedder", choices=["builtin", "bus", "none"])
-    parser.add_argument("--keyword", choices=["share", "idf"])
+    parser.add_argument("--keyword", choices=["share", "idf", "stems"])
     parser.add_argument("--locomo", help="a LoCoMo-format JSON file (../shared/bench/)")
     parser.add_argument("--nats-url", help="bench the worker serving on this server instead")
     parser.add_argument("--subject-prefix", default="")

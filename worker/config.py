@@ -23,12 +23,13 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     db_path: str = "./data/memory.db"
     subject_prefix: str = ""
     embedder: Literal["builtin", "bus", "none"] = "builtin"
+    builtin_model: Literal["minilm", "e5", "hash"] = "minilm"
     embed_timeout: Positive = 5.0
     max_content_bytes: Annotated[int, msgspec.Meta(ge=1, le=8 * 1024 * 1024)] = 524_288
     max_in_flight: Annotated[int, msgspec.Meta(ge=1)] = 1024
     synchronous: Literal["full", "normal"] = "full"
     ingest: bool = True
-    keyword: Literal["share", "idf"] = "share"
+    keyword: Literal["share", "idf", "stems"] = "stems"
     metrics_port: Port = 0
     metrics_host: str = "0.0.0.0"
     index_memory_mb: Annotated[int, msgspec.Meta(ge=16)] = 1024

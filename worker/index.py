@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from handlers.recall import ROLE_CODES, Columns, growth, static_part
-from handlers.text import tokens
+from handlers.text import stem, tokens
 
 CHANGE_LOG = """
 CREATE TEMP TABLE IF NOT EXISTS index_changes (agent_id TEXT, memory_id TEXT, op TEXT);
@@ -44,12 +44,14 @@ class GrowingPostings:
     def __init__(self) -> None:
         self._arrays: dict[str, npt.NDArray[np.int64]] = {}
         self._counts: dict[str, int] = {}
+        self._variants: dict[str, list[str]] = {}
 
     def add(self, token: str, row: int) -> None:
         array = self._arrays.get(token)
         count = self._counts.get(token, 0)
         if array is None:
             array = np.empty(4, dtype=np.int64)
+            self._variants.setdefault(stem(token), []).append(token)
         elif count == len(array):
             grown = np.empty(2 * count, dtype=np.int64)
             grown[:count] = array
@@ -62,8 +64,12 @@ class GrowingPostings:
         array = self._arrays.get(token)
         return None if array is None else array[: self._counts[token]]
 
+    def variants(self, stemmed: str) -> tuple[str, ...]:
+        """The tokens seen with this stem (for the `stems` keyword mode)."""
+        return tuple(self._variants.get(stemmed, ()))
+
     def nbytes(self) -> int:
-        return sum(array.nbytes + 100 for array in self._arrays.values())
+        return sum(array.nbytes + 160 for array in self._arrays.values())
 
 
 class AgentIndex:

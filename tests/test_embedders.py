@@ -1,0 +1,94 @@
+"""The builtin embedder: the model that ships in the install, and the batching in front of it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import nats
+import numpy as np
+import pytest
+
+from tests.conftest import worker_config
+from tests.support import Client
+from worker.app import App, builtin_model
+from worker.config import ConfigError, load_config
+from worker.embedders.local import BatchingEmbedder
+from worker.embedders.minilm import MiniLM
+
+
+@pytest.fixture(scope="module")
+def minilm() -> MiniLM:
+    return MiniLM()
+
+
+def test_minilm_vectors_are_unit_length_384_floats_and_deterministic(minilm: MiniLM) -> None:
+    """Every row is a unit float32 vector of 384 dimensions; the same text gives the same row."""
+    texts = ["I adopted a dog named Rex.", "", "ünïcödé ✓ 日本語", "word " * 2000]
+    first = minilm.embed_passages(texts)
+    again = minilm.embed_passages(texts)
+    assert first.shape == (4, 384) and first.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(first, again)
+
+
+def test_minilm_batches_in_any_order_give_each_text_its_own_vector(minilm: MiniLM) -> None:
+    """Texts sorted by length into micro-batches come back in the order they were given."""
+    texts = [f"memory number {i} " + "about gardening " * (i % 7) for i in range(40)]
+    together = minilm.embed_passages(texts)
+    one_by_one = np.vstack([minilm.embed_passages([text]) for text in texts])
+    np.testing.assert_allclose(together, one_by_one, atol=2e-3)
+
+
+def test_minilm_puts_a_paraphrase_nearer_than_an_unrelated_text(minilm: MiniLM) -> None:
+    """What makes it worth its cost over keywords: meaning without shared words."""
+    query = minilm.embed_queries(["What is the name of my puppy?"])[0]
+    passages = minilm.embed_passages(
+        ["My dog is called Rex.", "The quarterly revenue report is due on Friday."]
+    )
+    related, unrelated = passages @ query
+    assert related > unrelated + 0.2
+
+
+async def test_batching_embedder_answers_concurrent_callers_with_their_own_rows(
+    minilm: MiniLM,
+) -> None:
+    """Callers that arrive together share model calls, and each gets the row of its text."""
+    embedder = BatchingEmbedder(minilm)
+    texts = [f"note {i}: the meeting moved to room {i}" for i in range(100)]
+    try:
+        rows = await asyncio.gather(*(embedder.embed([text], query=False) for text in texts))
+    finally:
+        await embedder.close()
+    expected = minilm.embed_passages(texts)
+    for row, want in zip(rows, expected, strict=True):
+        assert row[0] is not None
+        np.testing.assert_allclose(row[0], want, atol=2e-3)
+
+
+def test_builtin_model_setting_picks_the_model_and_refuses_unknown_names() -> None:
+    """MEMORY_WORKER_BUILTIN_MODEL: minilm by default, hash on request, others name the
+    variable."""
+    assert load_config({}).builtin_model == "minilm"
+    assert builtin_model("minilm").name == MiniLM.name
+    assert builtin_model("hash").name != MiniLM.name
+    with pytest.raises(ConfigError, match="MEMORY_WORKER_BUILTIN_MODEL"):
+        load_config({"MEMORY_WORKER_BUILTIN_MODEL": "gpt"})
+
+
+async def test_builtin_worker_recalls_by_meaning_when_no_keyword_is_shared(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """End to end over the bus with the default model: a paraphrase outranks a distractor."""
+    app = App(worker_config(nats_url, tmp_path / "memory.db", embedder="builtin"))
+    await app.start()
+    nc = await nats.connect(nats_url)
+    try:
+        client = Client(nc)
+        for content in ("My dog is called Rex.", "The quarterly revenue report is due Friday."):
+            await client.store("a", content)
+        memories = await client.recall("a", "name of my puppy", limit=2)
+    finally:
+        await nc.close()
+        await app.stop()
+    assert len(memories) == 2 and memories[0]["content"] == "My dog is called Rex."
