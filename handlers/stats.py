@@ -13,6 +13,7 @@ def database_counts(conn: apsw.Connection) -> dict[str, int]:
     return {
         "agents": one("SELECT count(DISTINCT agent_id) FROM memories"),
         "memories": one("SELECT count(*) FROM memories"),
+        "memories_without_vector": one("SELECT count(*) FROM memories WHERE embedding IS NULL"),
         "entities": one("SELECT count(*) FROM kg_entities"),
         "relations": one("SELECT count(*) FROM kg_relations"),
         "sessions": one("SELECT count(*) FROM sessions"),

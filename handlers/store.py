@@ -177,6 +177,14 @@ def vectorless(conn: apsw.Connection, agent_id: str, limit: int) -> list[tuple[s
     ]
 
 
+def missing_vector_agents(conn: apsw.Connection) -> list[str]:
+    """Agents with at least one memory stored without a vector."""
+    return [
+        str(row[0])
+        for row in conn.execute("SELECT DISTINCT agent_id FROM memories WHERE embedding IS NULL")
+    ]
+
+
 def set_embeddings(
     conn: apsw.Connection,
     agent_id: str,

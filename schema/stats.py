@@ -26,6 +26,8 @@ class StatsReply(Reply, frozen=True):
     triggers: dict[str, TriggerFigures]
     agents: int
     memories: int
+    # Waiting for the backfill, or left without one (embedder `none`, a failed embedding call).
+    memories_without_vector: int
     entities: int
     relations: int
     sessions: int

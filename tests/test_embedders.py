@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import nats
@@ -13,7 +14,7 @@ from tests.conftest import worker_config
 from tests.support import Client
 from worker.app import App, builtin_model
 from worker.config import ConfigError, load_config
-from worker.embedders.local import BatchingEmbedder
+from worker.embedders.local import PASSAGE_BATCH, BatchingEmbedder
 from worker.embedders.minilm import MiniLM
 
 
@@ -92,3 +93,43 @@ async def test_builtin_worker_recalls_by_meaning_when_no_keyword_is_shared(
         await nc.close()
         await app.stop()
     assert len(memories) == 2 and memories[0]["content"] == "My dog is called Rex."
+
+
+class SlowModel:
+    """A stand-in model that takes 5 ms per text and records the order of its calls."""
+
+    name = "slow"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[bool, int]] = []
+
+    def _embed(self, texts: list[str], query: bool) -> np.ndarray:
+        time.sleep(0.005 * len(texts))
+        self.calls.append((query, len(texts)))
+        return np.ones((len(texts), 4), dtype=np.float32) / 2
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self._embed(texts, True)
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        return self._embed(texts, False)
+
+
+async def test_a_query_waits_for_one_small_batch_of_stored_texts_not_the_whole_queue() -> None:
+    """With 200 stored texts waiting, a recall's query is embedded after at most one small batch
+    of them (two, counting the one already running), and the backlog counts what is waiting."""
+    model = SlowModel()
+    embedder = BatchingEmbedder(model)
+    try:
+        stores = asyncio.ensure_future(embedder.embed([f"t{i}" for i in range(200)], query=False))
+        await asyncio.sleep(0.01)
+        assert 150 <= embedder.backlog() <= 200
+        [row] = await embedder.embed(["where?"], query=True)
+        assert row is not None and not stores.done()
+        passages_before_query = sum(n for query, n in model.calls[:-1] if not query)
+        assert model.calls[-1] == (True, 1) and passages_before_query <= 2 * PASSAGE_BATCH
+        await stores
+        assert embedder.backlog() == 0
+        assert all(n <= PASSAGE_BATCH for query, n in model.calls if not query)
+    finally:
+        await embedder.close()

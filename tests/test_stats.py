@@ -31,6 +31,7 @@ async def test_stats_count_requests_errors_and_contents(client: Client, worker: 
         "meanMs": stats["triggers"]["memory::recall"]["meanMs"],
     }
     assert stats["memories"] == 7 and stats["agents"] == 2 and stats["sessions"] == 2
+    assert stats["memoriesWithoutVector"] == 7  # the tests' embedder is `none`
     assert stats["databaseBytes"] > 0 and stats["inFlight"] == 1
 
 

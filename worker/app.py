@@ -20,6 +20,7 @@ import structlog
 
 from scheduler.jobs import default_jobs
 from scheduler.runner import Scheduler
+from worker.backfill import Backfill
 from worker.bus import MemoryService, connect
 from worker.config import Config
 from worker.db import migrate, open_db
@@ -119,6 +120,8 @@ class App:
             nc=self.nc,
             keyword_mode=config.keyword,
         )
+        self.services.backfill = Backfill(self.services.embedder, readers, writer)
+        self.services.backfill.start()
         self.dispatcher = Dispatcher(self.services, ROUTES)
         self.service = MemoryService(self.nc, self.dispatcher, config.subject_prefix)
         await self.service.start(ROUTES)
@@ -193,6 +196,8 @@ class App:
         if self.service is not None and connected:
             await _phase("service", self.service.stop(timeout=DRAIN_SECONDS))
         if self.services is not None:
+            if self.services.backfill is not None:
+                await _phase("backfill", self.services.backfill.close())
             await _phase("embedder", self.services.embedder.close())
         if connected:
             await _phase("nats", self.nc.drain())

@@ -39,21 +39,30 @@ from schema.session import (
     SessionListRequest,
 )
 from schema.stats import JobFigures, StatsReply, StatsRequest, TriggerFigures
+from worker.backfill import DEFER_AT
 from worker.embedders import Vector
 from worker.llm import summarise
 from worker.services import Services
 
 
 async def store(s: Services, req: StoreRequest) -> StoreReply:
+    """Embeds, then commits; when the model is a batch behind, commits first and leaves the
+    vector to the backfill (worker/backfill.py), so that a burst of stores does not queue."""
     limit = s.config.max_content_bytes
     check_store(req, limit)
-    [vector] = await s.embedder.embed([req.content], query=False)
-    embedding = None if vector is None else (s.embedder.name, vector)
-    return await s.writer.run(
+    deferred = s.backfill is not None and s.embedder.backlog() >= DEFER_AT
+    embedding = None
+    if not deferred:
+        [vector] = await s.embedder.embed([req.content], query=False)
+        embedding = None if vector is None else (s.embedder.name, vector)
+    reply = await s.writer.run(
         lambda conn: store_handler(
             conn, req, now=s.clock(), max_content_bytes=limit, embedding=embedding
         )
     )
+    if deferred and reply.stored and s.backfill is not None:
+        s.backfill.add(req.agent_id)
+    return reply
 
 
 def _recall(
@@ -119,6 +128,7 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
         },
         agents=counts["agents"],
         memories=counts["memories"],
+        memories_without_vector=counts["memories_without_vector"],
         entities=counts["entities"],
         relations=counts["relations"],
         sessions=counts["sessions"],

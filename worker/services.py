@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from handlers.recall import KeywordMode
+from worker.backfill import Backfill
 from worker.config import Config
 from worker.embedders import Embedder
 from worker.index import MemoryIndex
@@ -60,6 +61,7 @@ class Services:
     embedder: Embedder
     nc: Any = None
     keyword_mode: KeywordMode = "share"
+    backfill: Backfill | None = None
     clock: Callable[[], int] = wall_clock_ms
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     # Filled in by the app once dispatch and the scheduler exist; read by memory::stats.

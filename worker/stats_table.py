@@ -32,6 +32,7 @@ def render(stats: dict[str, Any]) -> str:
     for label, key in (
         ("agents", "agents"),
         ("memories", "memories"),
+        ("memories without a vector", "memoriesWithoutVector"),
         ("entities", "entities"),
         ("relations", "relations"),
         ("sessions", "sessions"),

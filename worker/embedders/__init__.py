@@ -21,6 +21,10 @@ class Embedder(Protocol):
 
     async def embed(self, texts: list[str], *, query: bool) -> list[Vector | None]: ...
 
+    def backlog(self) -> int:
+        """Texts asked for and not yet embedded: past a batch, stores stop waiting for vectors."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -31,6 +35,9 @@ class NoEmbedder:
 
     async def embed(self, texts: list[str], *, query: bool) -> list[Vector | None]:
         return [None] * len(texts)
+
+    def backlog(self) -> int:
+        return 0
 
     async def close(self) -> None:
         return None

@@ -27,6 +27,7 @@ class BusEmbedder:
         self._timeout = timeout
         self._subject = subject
         self._decode = msgspec.json.Decoder(EmbeddingReply).decode
+        self._in_flight = 0
 
     async def _one(self, text: str) -> Vector | None:
         try:
@@ -45,7 +46,14 @@ class BusEmbedder:
             return None
 
     async def embed(self, texts: list[str], *, query: bool) -> list[Vector | None]:
-        return list(await asyncio.gather(*(self._one(text) for text in texts)))
+        self._in_flight += len(texts)
+        try:
+            return list(await asyncio.gather(*(self._one(text) for text in texts)))
+        finally:
+            self._in_flight -= len(texts)
+
+    def backlog(self) -> int:
+        return self._in_flight
 
     async def close(self) -> None:
         return None

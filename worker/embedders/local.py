@@ -1,7 +1,7 @@
 """Runs a synchronous local model off the event loop, batching concurrent requests.
 
-Stores that arrive while the model is busy are embedded together in the next batch, so a slow
-model costs throughput per batch, not per store.
+Stores that arrive while the model is busy are embedded together in the next batches, so a slow
+model costs throughput per batch, not per store; queries jump the queue of stored texts.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from typing import Protocol
 from worker.embedders import Vector
 
 MAX_BATCH = 64
+# Stored texts go to the model 8 at a time (no slower per text than larger batches here), so
+# that a query arriving meanwhile waits for little.
+PASSAGE_BATCH = 8
 
 
 class LocalModel(Protocol):
@@ -28,9 +31,14 @@ class BatchingEmbedder:
         self.model = model
         self.name = model.name
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="embedder")
-        self._pending: list[tuple[str, bool, asyncio.Future[Vector | None]]] = []
+        # Queries go first: a recall waits for at most one small batch of stored texts.
+        self._waiting: dict[bool, list[tuple[str, asyncio.Future[Vector | None]]]] = {
+            True: [],
+            False: [],
+        }
         self._wake: asyncio.Event | None = None
         self._runner: asyncio.Task[None] | None = None
+        self._running = 0
 
     async def embed(self, texts: list[str], *, query: bool) -> list[Vector | None]:
         loop = asyncio.get_running_loop()
@@ -41,10 +49,17 @@ class BatchingEmbedder:
         futures: list[asyncio.Future[Vector | None]] = []
         for text in texts:
             future: asyncio.Future[Vector | None] = loop.create_future()
-            self._pending.append((text, query, future))
+            self._waiting[query].append((text, future))
             futures.append(future)
         self._wake.set()
         return list(await asyncio.gather(*futures))
+
+    def _next_batch(self) -> tuple[bool, list[tuple[str, asyncio.Future[Vector | None]]]]:
+        query = bool(self._waiting[True])
+        size = MAX_BATCH if query else PASSAGE_BATCH
+        waiting = self._waiting[query]
+        self._waiting[query] = waiting[size:]
+        return query, waiting[:size]
 
     async def _run(self) -> None:
         assert self._wake is not None
@@ -52,23 +67,25 @@ class BatchingEmbedder:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._pending:
-                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-                for query in (True, False):
-                    part = [item for item in batch if item[1] is query]
-                    if not part:
-                        continue
-                    embed = self.model.embed_queries if query else self.model.embed_passages
-                    texts = [text for text, _, _ in part]
-                    try:
-                        matrix = await loop.run_in_executor(self._pool, embed, texts)
-                        for (_, _, future), row in zip(part, matrix, strict=True):
-                            if not future.done():
-                                future.set_result(row)
-                    except Exception:
-                        for _, _, future in part:
-                            if not future.done():
-                                future.set_result(None)
+            while self._waiting[True] or self._waiting[False]:
+                query, part = self._next_batch()
+                embed = self.model.embed_queries if query else self.model.embed_passages
+                self._running = len(part)
+                try:
+                    texts = [text for text, _ in part]
+                    matrix = await loop.run_in_executor(self._pool, embed, texts)
+                    for (_, future), row in zip(part, matrix, strict=True):
+                        if not future.done():
+                            future.set_result(row)
+                except Exception:
+                    for _, future in part:
+                        if not future.done():
+                            future.set_result(None)
+                finally:
+                    self._running = 0
+
+    def backlog(self) -> int:
+        return len(self._waiting[True]) + len(self._waiting[False]) + self._running
 
     async def close(self) -> None:
         if self._runner is not None:

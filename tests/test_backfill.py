@@ -1,0 +1,145 @@
+"""Vectors that follow their memory: stores past the model's backlog reply without waiting, and
+every memory without a vector gets one in the background, at once or at the next start."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import apsw
+import msgspec
+import nats
+import pytest
+
+from tests.conftest import worker_config
+from tests.support import Client
+from worker.app import App
+
+DELAY_S = 0.2
+
+
+def vector_of(text: str) -> list[float]:
+    """A deterministic stand-in embedding: the text's letters folded into 8 dimensions."""
+    values = [0.0] * 8
+    for position, char in enumerate(text):
+        values[(ord(char) + position) % 8] += 1.0
+    return values
+
+
+@pytest.fixture
+async def embedding_service(nats_url: str) -> AsyncIterator[list[str]]:
+    """A stub `embedding.generate` on the real bus that answers after 0.2 s."""
+    nc = await nats.connect(nats_url)
+    asked: list[str] = []
+    pending: set[asyncio.Task[None]] = set()
+
+    async def answer(msg: Any) -> None:
+        await asyncio.sleep(DELAY_S)
+        text = msgspec.json.decode(msg.data)["text"]
+        await msg.respond(msgspec.json.encode({"embedding": vector_of(text)}))
+
+    async def on_request(msg: Any) -> None:
+        asked.append(msgspec.json.decode(msg.data)["text"])
+        task = asyncio.create_task(answer(msg))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    await nc.subscribe("embedding.generate", cb=on_request)
+    yield asked
+    for task in list(pending):
+        task.cancel()
+    await nc.close()
+
+
+def vector_counts(db: str) -> tuple[int, int]:
+    """(memories, memories with a vector), read from the file."""
+    conn = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        row = conn.execute(
+            "SELECT count(*), count(embedding) FROM memories WHERE embedding IS NULL "
+            "OR embedding_model = 'bus'"
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+    finally:
+        conn.close()
+
+
+async def wait_for_vectors(db: str, expected: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while vector_counts(db) != (expected, expected):
+        assert time.monotonic() < deadline, f"vectors: {vector_counts(db)} of {expected}"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_burst_of_stores_replies_before_the_model_catches_up_and_all_get_vectors(
+    nats_url: str, tmp_path: Path, embedding_service: list[str]
+) -> None:
+    """400 stores at once against a model that takes 0.2 s per call: inline, 64 at a time,
+    they would take over 1 s; past the backlog they reply without waiting, some memories are
+    briefly without a vector, and the backfill gives every one its vector."""
+    app = App(worker_config(nats_url, tmp_path / "memory.db", embedder="bus"))
+    await app.start()
+    nc = await nats.connect(nats_url)
+    try:
+        client = Client(nc)
+        replies = await asyncio.gather(
+            *(client.call("memory::store", {"agentId": "a", "content": f"note {i}"})
+              for i in range(400))
+        )  # fmt: skip
+        assert all(reply.ok and reply.body["stored"] for reply in replies)
+        total, with_vector = vector_counts(app.config.db_path)
+        assert total == 400 and with_vector < 400
+        await wait_for_vectors(app.config.db_path, 400)
+        [best] = await client.recall("a", "note 7", limit=1)
+        assert best["content"] == "note 7"
+    finally:
+        await nc.close()
+        await app.stop()
+    assert sorted(set(embedding_service)) == sorted(f"note {i}" for i in range(400))
+
+
+async def test_memories_stored_without_vectors_get_them_at_the_next_start(
+    nats_url: str, tmp_path: Path, embedding_service: list[str]
+) -> None:
+    """A crash between a deferred store's reply and its vector, or a database filled with the
+    `none` embedder, leaves memories without vectors: the next start embeds them all."""
+    db = tmp_path / "memory.db"
+    first = App(worker_config(nats_url, db, embedder="none"))
+    await first.start()
+    nc = await nats.connect(nats_url)
+    try:
+        client = Client(nc)
+        for agent in ("a", "b"):
+            for i in range(70):
+                await client.store(agent, f"{agent} fact {i}")
+    finally:
+        await nc.close()
+        await first.stop()
+    assert vector_counts(str(db)) == (140, 0)
+    assert embedding_service == []
+    second = App(worker_config(nats_url, db, embedder="bus"))
+    await second.start()
+    try:
+        await wait_for_vectors(str(db), 140)
+    finally:
+        await second.stop()
+
+
+async def test_a_store_below_the_backlog_has_its_vector_when_it_replies(
+    nats_url: str, tmp_path: Path, embedding_service: list[str]
+) -> None:
+    """Read-your-writes by meaning: a store that did not meet a backlog commits its vector with
+    the memory, before the reply."""
+    app = App(worker_config(nats_url, tmp_path / "memory.db", embedder="bus"))
+    await app.start()
+    nc = await nats.connect(nats_url)
+    try:
+        await Client(nc).store("a", "the only note")
+        assert vector_counts(app.config.db_path) == (1, 1)
+    finally:
+        await nc.close()
+        await app.stop()
