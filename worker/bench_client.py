@@ -53,8 +53,20 @@ class BenchClient:
         await asyncio.gather(*(lane() for _ in range(max(1, concurrency))))
         return replies, latencies, time.perf_counter() - started
 
-    async def store_many(self, payloads: Sequence[Any], *, concurrency: int) -> list[Any]:
-        return (await self.many("memory.store", payloads, concurrency=concurrency))[0]
+    async def wait_for_vectors(self, *, stall_s: float = 15.0) -> int:
+        """Until the worker's backfill has given every memory a vector (or made no progress for
+        `stall_s`); returns how many are still without one."""
+        last, since = -1, time.monotonic()
+        while True:
+            _, stats = await self.timed("memory.stats", {})
+            missing = int(stats["memoriesWithoutVector"])
+            if missing == 0:
+                return 0
+            if missing != last:
+                last, since = missing, time.monotonic()
+            elif time.monotonic() - since > stall_s:
+                return missing
+            await asyncio.sleep(0.05)
 
     async def recall_many(self, payloads: Sequence[Any], *, concurrency: int) -> list[Any]:
         return (await self.many("memory.recall", payloads, concurrency=concurrency))[0]

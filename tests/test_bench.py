@@ -1,0 +1,52 @@
+"""`memory-worker bench` runs end to end on its own embedded stack and reports every figure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+TINY_LOCOMO = [
+    {
+        "sample_id": "tiny",
+        "conversation": {
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a puppy called Rex."},
+                {"speaker": "Bob", "dia_id": "D1:2", "text": "The budget review is on Friday."},
+                {"speaker": "Ann", "dia_id": "D1:3", "text": "We hiked up Mount Tam together."},
+            ],
+        },
+        "qa": [
+            {"question": "What is the puppy called?", "evidence": ["D1:1"], "category": 1},
+            {"question": "When is the budget review?", "evidence": ["D1:2; D1:9"], "category": 2},
+            {"question": "Who never spoke?", "evidence": [], "category": 5},
+        ],
+    }
+]
+
+
+def test_bench_prints_store_recall_echo_rss_and_locomo_figures(tmp_path: Path) -> None:
+    """A small run with --json: every figure is present, positive where it must be, and the
+    tiny LoCoMo file's two answerable questions are both found in the top 5."""
+    locomo = tmp_path / "tiny.json"
+    locomo.write_text(json.dumps(TINY_LOCOMO), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "bench", "--embedder", "none", "--memories", "200",
+         "--recalls", "20", "--echo", "50", "--json", "--locomo", str(locomo)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["memories"] == 200 and results["embedder"] == "none"
+    for figure in ("echo", "store", "recall"):
+        assert 0 < results[figure]["p50_ms"] <= results[figure]["p99_ms"]
+    assert results["recall_while_storing"]["recalls"] >= 0
+    assert results["store"]["per_second"] > 0
+    assert results["recall"]["p50_vs_echo"] > 0
+    assert results["rss_before_mb"] > 0 and results["rss_after_mb"] > 0
+    quality = results["locomo"]
+    assert quality["questions"] == 2
+    assert quality["recall@5"] == 1.0 and quality["recall@10"] == 1.0
+    assert quality["stores_per_second"] > 0
