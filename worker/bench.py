@@ -210,7 +210,10 @@ def table(results: dict[str, Any]) -> str:
     ]
     if "locomo" in results:
         quality = results["locomo"]
-        rows.append(("LoCoMo stores per second, vectors included", quality["stores_per_second"]))
+        label = "LoCoMo stores per second" + (
+            ", vectors included" if results["embedder"] != "none" else ""
+        )
+        rows.append((label, quality["stores_per_second"]))
         rows.append(("LoCoMo questions (categories 1-4)", quality["questions"]))
         for k in (5, 10):
             by_category = ", ".join(
