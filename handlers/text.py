@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-import snowballstemmer  # type: ignore[import-untyped]  # ships no type information
+import Stemmer  # type: ignore[import-not-found,unused-ignore]  # PyStemmer: no type information
 
 WORD = re.compile(r"\w+")
 
@@ -200,7 +200,7 @@ def tokens(text: str) -> list[str]:
     return WORD.findall(text.casefold())
 
 
-_ENGLISH = snowballstemmer.stemmer("english")
+_ENGLISH = Stemmer.Stemmer("english")
 
 
 @lru_cache(maxsize=1 << 16)
