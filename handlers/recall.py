@@ -80,6 +80,13 @@ def stem_posting(postings: Postings, stemmed: str) -> npt.NDArray[np.int64] | No
     return np.unique(np.concatenate(found))
 
 
+def live_rows(columns: Columns, posting: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The posting's rows in this snapshot that hold a memory: postings keep removed rows until
+    the agent reloads, and gain rows appended after the snapshot; neither may count."""
+    posting = posting[posting < columns.rows]
+    return posting[columns.live[posting]]
+
+
 def keyword_weights(
     columns: Columns, keywords: list[str], mode: KeywordMode
 ) -> list[tuple[npt.NDArray[np.int64] | None, float]]:
@@ -92,16 +99,17 @@ def keyword_weights(
     """
     if mode == "stems":
         stems = list(dict.fromkeys(stem(keyword) for keyword in keywords))
-        postings = [stem_posting(columns.postings, stemmed) for stemmed in stems]
+        found = [stem_posting(columns.postings, stemmed) for stemmed in stems]
     else:
-        postings = [columns.postings.get(keyword) for keyword in keywords]
-    if not postings:
+        found = [columns.postings.get(keyword) for keyword in keywords]
+    if not found:
         return []
+    postings = [None if p is None else live_rows(columns, p) for p in found]
     if mode == "share":
         weights = [1.0] * len(postings)
     else:
-        rows = max(1, columns.rows)
-        weights = [idf(rows, 0 if p is None else len(p)) for p in postings]
+        memories = max(1, int(np.count_nonzero(columns.live[: columns.rows])))
+        weights = [idf(memories, 0 if p is None else len(p)) for p in postings]
     total = sum(weights)
     return [(posting, weight / total) for posting, weight in zip(postings, weights, strict=True)]
 
@@ -122,7 +130,7 @@ def scores(
     total += columns.static[:rows]
     for posting, weight in keyword_weights(columns, query_keywords(query), keyword_mode):
         if posting is not None:
-            total[posting[posting < rows]] += 0.25 * weight
+            total[posting] += 0.25 * weight
     if query_vector is not None and query_vector[0] in columns.vectors:
         model, vector = query_vector
         matrix = columns.vectors[model][:rows]

@@ -116,7 +116,8 @@ def test_top_k_equals_the_plain_python_formula_in_every_keyword_mode(
     mode: KeywordMode,
     data: st.DataObject,
 ) -> None:
-    """For random memories and queries, in each keyword mode, rank's top-k is the reference's."""
+    """For random memories and queries, in each keyword mode, rank's top-k is the reference's,
+    also after removals and with memories appended after the snapshot."""
     index = AgentIndex(anchor_ms=NOW - 3 * WEEK)
     # Ids in an order unrelated to insertion, so the id tie-break cannot pass by accident.
     names = data.draw(st.permutations([f"m{n:03d}" for n in range(len(memories))]))
@@ -146,8 +147,17 @@ def test_top_k_equals_the_plain_python_formula_in_every_keyword_mode(
         {"agentId": "a", "query": query, "limit": limit, **({"roles": roles} if roles else {})},
         RecallRequest,
     )
-    ours = rank(index.columns(), request, now=NOW, query_vector=qvec, keyword_mode=mode)
+    # Removed memories and memories stored after the snapshot must not count, not even in IDF.
+    removed = data.draw(st.sets(st.sampled_from(names)))
+    for name in removed:
+        index.remove(name)
+    snapshot = index.columns()
+    for n, late in enumerate(data.draw(st.lists(memory_strategy, max_size=5))):
+        late_row = (f"late{n}", "user", None, NOW, 0.5, 0.5, None, None, str(late["content"]), 0)
+        index.upsert(late_row)
+    ours = rank(snapshot, request, now=NOW, query_vector=qvec, keyword_mode=mode)
 
+    memories = [m for m in memories if m["id"] not in removed]
     eligible = [m for m in memories if roles is None or m["role"] in roles]
     everything = [str(m["content"]) for m in memories]
     reference = reference_scores(eligible, query, query_vector, mode, everything)
