@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from functools import lru_cache
 
 import Stemmer  # type: ignore[import-not-found,unused-ignore]  # PyStemmer: no type information
@@ -200,14 +201,21 @@ def tokens(text: str) -> list[str]:
     return WORD.findall(text.casefold())
 
 
-_ENGLISH = Stemmer.Stemmer("english")
+class _Stemmers(threading.local):
+    """A stemmer per thread: PyStemmer's objects must not be used from two threads at once."""
+
+    def __init__(self) -> None:
+        self.english = Stemmer.Stemmer("english")
+
+
+_STEMMERS = _Stemmers()
 
 
 @lru_cache(maxsize=1 << 16)
 def stem(token: str) -> str:
     """The token's English Snowball stem ("painting", "painted" -> "paint"), for the `stems`
     keyword mode; tokens are stemmed once however many memories share them."""
-    stemmed: str = _ENGLISH.stemWord(token)
+    stemmed: str = _STEMMERS.english.stemWord(token)
     return stemmed
 
 
