@@ -143,3 +143,68 @@ async def test_a_store_below_the_backlog_has_its_vector_when_it_replies(
     finally:
         await nc.close()
         await app.stop()
+
+
+def model_counts(db: str) -> dict[str | None, int]:
+    """Memories by the model of their vector (None: no vector), read from the file."""
+    conn = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        rows = conn.execute("SELECT embedding_model, count(*) FROM memories GROUP BY 1")
+        return {model: int(count) for model, count in rows}
+    finally:
+        conn.close()
+
+
+async def test_vectors_of_another_model_are_replaced_by_the_configured_models(
+    nats_url: str, tmp_path: Path, embedding_service: list[str]
+) -> None:
+    """Recall compares only vectors of its own model: after a change of model, the next start
+    re-embeds the memories whose vectors the old model made."""
+    db = tmp_path / "memory.db"
+    first = App(worker_config(nats_url, db, embedder="builtin", builtin_model="hash"))
+    await first.start()
+    nc = await nats.connect(nats_url)
+    try:
+        for i in range(20):
+            await Client(nc).store("a", f"old fact {i}")
+    finally:
+        await nc.close()
+        await first.stop()
+    assert model_counts(str(db)) == {"hash-256-v1": 20}
+    second = App(worker_config(nats_url, db, embedder="bus"))
+    await second.start()
+    try:
+        deadline = time.monotonic() + 30
+        while model_counts(str(db)) != {"bus": 20}:
+            assert time.monotonic() < deadline, model_counts(str(db))
+            await asyncio.sleep(0.1)
+    finally:
+        await second.stop()
+
+
+async def test_a_store_whose_embedding_failed_gets_its_vector_once_the_service_answers(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """With no embedding service the store still succeeds, without a vector; the backfill
+    retries and embeds it when the service comes up, with no restart and no further store."""
+    app = App(worker_config(nats_url, tmp_path / "memory.db", embedder="bus"))
+    await app.start()
+    assert app.services is not None and app.services.backfill is not None
+    app.services.backfill.retry_s = 0.2
+    nc = await nats.connect(nats_url)
+    try:
+        for i in range(3):
+            reply = await Client(nc).call("memory::store", {"agentId": "a", "content": f"n {i}"})
+            assert reply.ok and reply.body["stored"]
+        assert vector_counts(app.config.db_path) == (3, 0)
+
+        async def answer(msg: Any) -> None:
+            text = msgspec.json.decode(msg.data)["text"]
+            await msg.respond(msgspec.json.encode({"embedding": vector_of(text)}))
+
+        await nc.subscribe("embedding.generate", cb=answer)
+        await nc.flush()
+        await wait_for_vectors(app.config.db_path, 3, timeout=10)
+    finally:
+        await nc.close()
+        await app.stop()

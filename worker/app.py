@@ -63,7 +63,7 @@ def builtin_model(name: str) -> LocalModel:
         from worker.embedders.minilm import MiniLM
 
         return MiniLM()
-    except (ImportError, OSError) as error:
+    except Exception as error:  # missing wheels, or a damaged model or tokenizer file
         log.error("embedder.builtin_unavailable", model=name, error=str(error), using="hash")
         return HashingModel()
 
@@ -120,7 +120,9 @@ class App:
             nc=self.nc,
             keyword_mode=config.keyword,
         )
-        self.services.backfill = Backfill(self.services.embedder, readers, writer)
+        embedder = self.services.embedder
+        fell_back = config.builtin_model != "hash" and embedder.name == HashingModel.name
+        self.services.backfill = Backfill(embedder, readers, writer, replace=not fell_back)
         self.services.backfill.start()
         self.dispatcher = Dispatcher(self.services, ROUTES)
         self.service = MemoryService(self.nc, self.dispatcher, config.subject_prefix)

@@ -1,7 +1,9 @@
 """Vectors that follow their memory: stores the model could not keep up with, and memories left
 without a vector (an embedding call that failed, a crash before the vector came, a database
-filled with MEMORY_WORKER_EMBEDDER=none). Vectors of another model are left alone: a model that
-failed to load must not overwrite good vectors with its fallback's.
+filled with MEMORY_WORKER_EMBEDDER=none), and, when the configured model is the one running,
+vectors of another model (recall compares only vectors of its own model, so after a change of
+model old memories would lose their meaning term). A fallback (the builtin model failed to load)
+must not overwrite good vectors with its own, so then only missing vectors are filled.
 
 When more texts are waiting for the model than one batch, a store commits without its vector
 and replies at once; the memory is recallable by its keywords at once and by meaning when this
@@ -22,14 +24,23 @@ from worker.writer import Writer
 
 log = structlog.get_logger()
 
-BATCH = 64
 # Stores stop waiting for their vector when this many texts are already waiting for the model.
 DEFER_AT = 32
+# Well under DEFER_AT, so that the backfill's own texts never make stores defer.
+BATCH = 16
+# A batch the embedder could not embed at all (its service down) is tried again after this.
+RETRY_S = 30.0
 
 
 class Backfill:
-    def __init__(self, embedder: Embedder, readers: Readers, writer: Writer) -> None:
+    def __init__(
+        self, embedder: Embedder, readers: Readers, writer: Writer, *, replace: bool = False
+    ) -> None:
         self._embedder = embedder
+        # Vectors of another model than this one count as missing (None: only missing ones).
+        self._model = embedder.name if replace else None
+        self._retries: dict[str, asyncio.TimerHandle] = {}
+        self.retry_s = RETRY_S
         self._readers = readers
         self._writer = writer
         self._agents: dict[str, None] = {}
@@ -51,10 +62,12 @@ class Backfill:
 
     async def _run(self) -> None:
         try:
-            for agent_id in await self._readers.run(missing_vector_agents):
+            for agent_id in await self._readers.run(
+                lambda c: missing_vector_agents(c, self._model)
+            ):
                 self.add(agent_id)
-        except Exception as error:
-            log.error("backfill.scan_failed", error=type(error).__name__)
+        except Exception:
+            log.exception("backfill.scan_failed")
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -64,27 +77,41 @@ class Backfill:
                 del self._agents[agent_id]
                 try:
                     done = await self.fill_batch(agent_id)
-                except Exception as error:
-                    log.error("backfill.failed", agent=agent_id, error=type(error).__name__)
+                except Exception:
+                    log.exception("backfill.failed", agent=agent_id)
+                    self._retry_later(agent_id)
                     done = True
                 if not done:  # to the back of the line: a long backlog starves nobody
                     self._agents[agent_id] = None
 
+    def _retry_later(self, agent_id: str) -> None:
+        if agent_id not in self._retries:
+            loop = asyncio.get_running_loop()
+            self._retries[agent_id] = loop.call_later(self.retry_s, self._retry, agent_id)
+
+    def _retry(self, agent_id: str) -> None:
+        del self._retries[agent_id]
+        self.add(agent_id)
+
     async def fill_batch(self, agent_id: str) -> bool:
-        """Embed one batch of the agent's memories that have no vector; True when there are no
-        more, or none of this batch could be embedded (those are retried at the next start)."""
-        model = self._embedder.name
-        rows = await self._readers.run(lambda c: vectorless(c, agent_id, BATCH))
+        """Embed one batch of the agent's memories that lack a vector; True when there are no
+        more, or none of this batch could be embedded (then the agent is retried in RETRY_S)."""
+        model, replace = self._embedder.name, self._model is not None
+        rows = await self._readers.run(lambda c: vectorless(c, agent_id, BATCH, self._model))
         if not rows:
             return True
         vectors = await self._embedder.embed([content for _, content in rows], query=False)
         found = [(i, v) for (i, _), v in zip(rows, vectors, strict=True) if v is not None]
-        if found:
-            await self._writer.run(lambda c: set_embeddings(c, agent_id, model, found))
-            self.embedded += len(found)
-        return not found or len(rows) < BATCH
+        if not found:
+            self._retry_later(agent_id)
+            return True
+        await self._writer.run(lambda c: set_embeddings(c, agent_id, model, found, replace))
+        self.embedded += len(found)
+        return len(rows) < BATCH
 
     async def close(self) -> None:
+        for handle in self._retries.values():
+            handle.cancel()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

@@ -17,7 +17,7 @@ from handlers.consolidate import consolidate as consolidate_handler
 from handlers.evict import evict as evict_handler
 from handlers.session_repair import repair
 from handlers.stats import database_counts
-from handlers.store import check_store, set_embeddings, vectorless
+from handlers.store import check_store
 from handlers.store import store as store_handler
 from schema.kg import KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest
 from schema.memory import (
@@ -60,8 +60,8 @@ async def store(s: Services, req: StoreRequest) -> StoreReply:
             conn, req, now=s.clock(), max_content_bytes=limit, embedding=embedding
         )
     )
-    if deferred and reply.stored and s.backfill is not None:
-        s.backfill.add(req.agent_id)
+    if embedding is None and reply.stored and s.backfill is not None:
+        s.backfill.add(req.agent_id)  # deferred, or the embedder failed: the backfill retries
     return reply
 
 
@@ -182,19 +182,11 @@ async def session_repair(s: Services, req: RepairRequest) -> RepairReply:
     return reply
 
 
-async def embed_missing(s: Services, agent_id: str, batch: int = 64) -> None:
-    """Give vectors to the agent's memories that have none (repair's merged messages, stores
-    whose embedding call failed), a batch at a time; a no-op without an embedder."""
-    if s.embedder.name == "none":
-        return
-    rows = await s.readers.run(lambda conn: vectorless(conn, agent_id, batch))
-    if not rows:
-        return
-    vectors = await s.embedder.embed([content for _, content in rows], query=False)
-    found = [
-        (memory_id, v) for (memory_id, _), v in zip(rows, vectors, strict=True) if v is not None
-    ]
-    await s.writer.run(lambda conn: set_embeddings(conn, agent_id, s.embedder.name, found))
+async def embed_missing(s: Services, agent_id: str) -> None:
+    """Give a batch of the agent's memories that lack one a vector now (repair's merged
+    messages); the backfill takes any more. A no-op without an embedder."""
+    if s.backfill is not None and not await s.backfill.fill_batch(agent_id):
+        s.backfill.add(agent_id)
 
 
 async def evict(s: Services, req: EvictRequest) -> EvictReply:
