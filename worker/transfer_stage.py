@@ -1,0 +1,183 @@
+"""Reading an export file into TEMP tables, checking every line, before anything is applied.
+
+Temp tables belong to this connection alone, so reading a long file takes no lock on the
+database; worker/transfer_import.py applies what was staged in one short transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import apsw
+import msgspec
+
+from handlers.store import content_hash
+from worker.transfer_export import (
+    VERSION,
+    AnyRecord,
+    End,
+    EntityRecord,
+    Header,
+    MemoryRecord,
+    SessionRecord,
+    TransferError,
+)
+
+MEMORY_COLUMNS = (
+    "id, agent_id, role, content, hash, session_id, importance, confidence, access_count, "
+    "last_accessed, timestamp, metadata, embedding, embedding_model, created_at"
+)
+STAGE_TABLES = ("memories", "sessions", "messages", "entities", "relations")
+STAGE_SQL = f"""
+CREATE TEMP TABLE transfer_memories (seq INTEGER PRIMARY KEY, {MEMORY_COLUMNS},
+    UNIQUE (id), UNIQUE (agent_id, hash));
+CREATE TEMP TABLE transfer_sessions (seq INTEGER PRIMARY KEY, agent_id, id, created_at, updated_at,
+    compacted_at, repaired_at, UNIQUE (agent_id, id));
+CREATE TEMP TABLE transfer_messages (session_seq INTEGER, position INTEGER, agent_id, memory_id,
+    role, timestamp, PRIMARY KEY (session_seq, position));
+CREATE TEMP TABLE transfer_entities (seq INTEGER PRIMARY KEY, agent_id, id, type, properties,
+    UNIQUE (agent_id, id));
+CREATE TEMP TABLE transfer_relations (seq INTEGER PRIMARY KEY, agent_id, source, type, target);
+"""
+
+
+def _at(line: int, message: str, field: str) -> TransferError:
+    return TransferError(f"line {line}: {message} - at `$.{field}`")
+
+
+def _stage_memory(conn: apsw.Connection, r: MemoryRecord, line: int) -> None:
+    if content_hash(r.content) != r.hash:
+        raise _at(line, "hash is not the SHA-256 of content", "hash")
+    if (r.embedding is None) != (r.embedding_model is None):
+        raise _at(line, "embedding and embeddingModel are both set or both null", "embedding")
+    if r.embedding is not None and len(r.embedding) % 4:
+        raise _at(line, f"embedding has {len(r.embedding)} bytes, not float32 values", "embedding")
+    metadata = None if r.metadata is None else msgspec.json.encode(r.metadata).decode()
+    try:
+        conn.execute(
+            f"INSERT INTO temp.transfer_memories (seq, {MEMORY_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                line,
+                r.id,
+                r.agent_id,
+                r.role,
+                r.content,
+                r.hash,
+                r.session_id,
+                r.importance,
+                r.confidence,
+                r.access_count,
+                r.last_accessed,
+                r.timestamp,
+                metadata,
+                r.embedding,
+                r.embedding_model,
+                r.created_at,
+            ),
+        )
+    except apsw.ConstraintError:
+        first = conn.execute(
+            "SELECT seq, id = ? FROM temp.transfer_memories WHERE id = ? OR "
+            "(agent_id = ? AND hash = ?)",
+            (r.id, r.id, r.agent_id, r.hash),
+        ).fetchone()
+        assert first is not None
+        what = "the same id" if first[1] else "the same agent and content"
+        raise _at(line, f"a memory with {what} is on line {first[0]}", "id") from None
+
+
+def _stage_session(conn: apsw.Connection, r: SessionRecord, line: int) -> None:
+    try:
+        conn.execute(
+            "INSERT INTO temp.transfer_sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (line, r.agent_id, r.id, r.created_at, r.updated_at, r.compacted_at, r.repaired_at),
+        )
+    except apsw.ConstraintError:
+        first = conn.execute(
+            "SELECT seq FROM temp.transfer_sessions WHERE agent_id = ? AND id = ?",
+            (r.agent_id, r.id),
+        ).fetchone()
+        assert first is not None
+        raise _at(line, f"the same session is on line {first[0]}", "id") from None
+    conn.executemany(
+        "INSERT INTO temp.transfer_messages VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (line, position, r.agent_id, ref.id, ref.role, ref.timestamp)
+            for position, ref in enumerate(r.messages, start=1)
+        ],
+    )
+
+
+def _stage_entity(conn: apsw.Connection, r: EntityRecord, line: int) -> None:
+    properties = msgspec.json.encode(r.properties).decode()
+    try:
+        conn.execute(
+            "INSERT INTO temp.transfer_entities VALUES (?, ?, ?, ?, ?)",
+            (line, r.agent_id, r.id, r.type, properties),
+        )
+    except apsw.ConstraintError:
+        first = conn.execute(
+            "SELECT seq FROM temp.transfer_entities WHERE agent_id = ? AND id = ?",
+            (r.agent_id, r.id),
+        ).fetchone()
+        assert first is not None
+        raise _at(line, f"the same entity is on line {first[0]}", "id") from None
+
+
+def stage(
+    conn: apsw.Connection, lines: Iterable[bytes], progress: Callable[[int], None] | None
+) -> int:
+    """Decode and check every line into the temp tables; returns the count of data records."""
+    decoder = msgspec.json.Decoder(AnyRecord)
+    header: Header | None = None
+    end: End | None = None
+    count = line = read = 0
+    for raw in lines:
+        line += 1
+        read += len(raw)
+        if progress is not None:
+            progress(read)
+        if not raw.strip():
+            continue
+        if end is not None:
+            raise TransferError(f"line {line}: data after the end record")
+        try:
+            record = decoder.decode(raw)
+        except msgspec.DecodeError as error:
+            raise TransferError(f"line {line}: {error}") from None
+        if header is None:
+            if not isinstance(record, Header):
+                raise TransferError(f"line {line}: not a memory-worker export (no header record)")
+            if record.version != VERSION:
+                raise _at(line, f"format version {record.version} is not {VERSION}", "version")
+            header = record
+            continue
+        if isinstance(record, Header):
+            raise TransferError(f"line {line}: a second header record")
+        if isinstance(record, End):
+            if record.records != count:
+                raise _at(line, f"{record.records} records announced, {count} read", "records")
+            end = record
+            continue
+        if header.agent is not None and record.agent_id != header.agent:
+            raise _at(
+                line, f"agent {record.agent_id!r} in an export of agent {header.agent!r}", "agentId"
+            )
+        if isinstance(record, MemoryRecord):
+            _stage_memory(conn, record, line)
+        elif isinstance(record, SessionRecord):
+            _stage_session(conn, record, line)
+        elif isinstance(record, EntityRecord):
+            _stage_entity(conn, record, line)
+        else:
+            conn.execute(
+                "INSERT INTO temp.transfer_relations VALUES (?, ?, ?, ?, ?)",
+                (line, record.agent_id, record.source, record.type, record.target),
+            )
+        count += 1
+    if header is None:
+        raise TransferError("empty file: not a memory-worker export (no header record)")
+    if end is None:
+        raise TransferError(f"the file ends at line {line} without its end record: truncated")
+    return count
