@@ -208,3 +208,39 @@ async def test_a_store_whose_embedding_failed_gets_its_vector_once_the_service_a
     finally:
         await nc.close()
         await app.stop()
+
+
+async def test_a_compaction_summary_whose_embedding_failed_gets_its_vector_later(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """A summary stored while the embedding service was away is queued for the backfill like a
+    store is, and gets its vector when the service is back, with no restart."""
+    app = App(worker_config(nats_url, tmp_path / "memory.db", embedder="bus", llm_timeout=0.5))
+    await app.start()
+    assert app.services is not None and app.services.backfill is not None
+    app.services.backfill.retry_s = 0.2
+    nc = await nats.connect(nats_url)
+
+    async def answer(msg: Any) -> None:
+        text = msgspec.json.decode(msg.data)["text"]
+        await msg.respond(msgspec.json.encode({"embedding": vector_of(text)}))
+
+    try:
+        service = await nc.subscribe("embedding.generate", cb=answer)
+        client = Client(nc)
+        for i in range(6):
+            message = {"agentId": "a", "content": f"turn {i}", "sessionId": "s"}
+            assert (await client.call("memory::store", message)).ok
+        assert vector_counts(app.config.db_path) == (6, 6)
+        await service.unsubscribe()
+        await nc.flush()
+        compaction = {"agentId": "a", "sessionId": "s", "threshold": 5, "keepRecent": 2}
+        reply = await client.call("memory::session::compact", compaction)
+        assert reply.ok and reply.body["compacted"] is True
+        assert vector_counts(app.config.db_path) == (7, 6)
+        await nc.subscribe("embedding.generate", cb=answer)
+        await nc.flush()
+        await wait_for_vectors(app.config.db_path, 7, timeout=10)
+    finally:
+        await nc.close()
+        await app.stop()

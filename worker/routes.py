@@ -168,11 +168,14 @@ async def session_compact(s: Services, req: CompactRequest) -> CompactReply:
     text = summary or plan.fallback
     [vector] = await s.embedder.embed([text], query=False)
     embedding = None if vector is None else (s.embedder.name, vector)
-    return await s.writer.run(
+    reply = await s.writer.run(
         lambda conn: session.apply_compaction(
             conn, req, plan, summary=text, summarizer=summarizer, now=s.clock(), embedding=embedding
         )
     )
+    if embedding is None and s.backfill is not None:
+        s.backfill.add(req.agent_id)  # the embedder failed: the summary gets its vector later
+    return reply
 
 
 async def session_repair(s: Services, req: RepairRequest) -> RepairReply:
