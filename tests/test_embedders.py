@@ -133,3 +133,20 @@ async def test_a_query_waits_for_one_small_batch_of_stored_texts_not_the_whole_q
         assert all(n <= PASSAGE_BATCH for query, n in model.calls if not query)
     finally:
         await embedder.close()
+
+
+async def test_texts_of_a_caller_that_gave_up_leave_the_queue_and_the_backlog() -> None:
+    """A cancelled embed (its request timed out) costs at most the batch already running."""
+    model = SlowModel()
+    embedder = BatchingEmbedder(model)
+    try:
+        stores = asyncio.ensure_future(embedder.embed([f"t{i}" for i in range(200)], query=False))
+        await asyncio.sleep(0.01)
+        stores.cancel()
+        await asyncio.gather(stores, return_exceptions=True)
+        assert embedder.backlog() <= PASSAGE_BATCH
+        [row] = await embedder.embed(["where?"], query=True)
+        assert row is not None and embedder.backlog() == 0
+        assert sum(n for query, n in model.calls if not query) <= PASSAGE_BATCH
+    finally:
+        await embedder.close()

@@ -52,7 +52,14 @@ class BatchingEmbedder:
             self._waiting[query].append((text, future))
             futures.append(future)
         self._wake.set()
-        return list(await asyncio.gather(*futures))
+        try:
+            return list(await asyncio.gather(*futures))
+        except asyncio.CancelledError:
+            # The caller is gone (its request timed out, the worker stops): its texts leave the
+            # queue, so that the model does not spend time on them nor count them as backlog.
+            mine = set(futures)
+            self._waiting[query] = [item for item in self._waiting[query] if item[1] not in mine]
+            raise
 
     def _next_batch(self) -> tuple[bool, list[tuple[str, asyncio.Future[Vector | None]]]]:
         query = bool(self._waiting[True])
