@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from handlers.recall import KeywordMode, rank
 from handlers.text import STOPWORDS, stem
 from schema.memory import RecallRequest
-from worker.index import AgentIndex
+from worker.index import AgentIndex, Row
 
 WORDS = ["cat", "cats", "category", "dog", "the", "and", "deploy", "Deploying", "deployed", "key"]
 WORDS += ["rotates", "über", "a1"]
@@ -121,6 +121,7 @@ def test_top_k_equals_the_plain_python_formula_in_every_keyword_mode(
     index = AgentIndex(anchor_ms=NOW - 3 * WEEK)
     # Ids in an order unrelated to insertion, so the id tie-break cannot pass by accident.
     names = data.draw(st.permutations([f"m{n:03d}" for n in range(len(memories))]))
+    rows: list[Row] = []
     for name, memory in zip(names, memories, strict=True):
         memory["id"] = name
         vector = memory["vector"]
@@ -130,13 +131,18 @@ def test_top_k_equals_the_plain_python_formula_in_every_keyword_mode(
             norm = float(np.linalg.norm(array))
             blob = (array / norm if norm else array).astype(np.float32).tobytes()
             memory["vector"] = [float(v) for v in np.frombuffer(blob, dtype=np.float32)]
-        index.upsert(
+        rows.append(
             (
                 str(memory["id"]), str(memory["role"]), None, int(str(memory["timestamp"])),
                 float(str(memory["importance"])), float(str(memory["confidence"])),
                 blob, None if blob is None else "test-model", str(memory["content"]), 0,
             )
         )  # fmt: skip
+    # Some rows arrive as a load does them (postings in bulk), the rest one by one as writes do.
+    loaded = data.draw(st.integers(0, len(rows)))
+    index.load(rows[:loaded])
+    for row in rows[loaded:]:
+        index.upsert(row)
     qvec = None
     if query_vector is not None:
         array = np.asarray(query_vector, dtype=np.float32)

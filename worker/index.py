@@ -10,15 +10,16 @@ reads its snapshot while holding it, so a change is either in the snapshot or ap
 from __future__ import annotations
 
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 import apsw
 import numpy as np
-import numpy.typing as npt
 
 from handlers.recall import ROLE_CODES, Columns, growth, static_part
-from handlers.text import stem, tokens
+from handlers.text import tokens
+from worker.postings import GrowingPostings, PostingLists
 
 CHANGE_LOG = """
 CREATE TEMP TABLE IF NOT EXISTS index_changes (agent_id TEXT, memory_id TEXT, op TEXT);
@@ -35,41 +36,6 @@ ROW_SQL = (
     "embedding_model, content, access_count FROM memories"
 )
 Row = tuple[str, str, str | None, int, float, float, bytes | None, str | None, str, int]
-
-
-class GrowingPostings:
-    """Per token, the rows whose content has it, in a numpy array grown by doubling, so that
-    appending is cheap and a reader's view of the first `count` entries stays valid."""
-
-    def __init__(self) -> None:
-        self._arrays: dict[str, npt.NDArray[np.int64]] = {}
-        self._counts: dict[str, int] = {}
-        self._variants: dict[str, list[str]] = {}
-
-    def add(self, token: str, row: int) -> None:
-        array = self._arrays.get(token)
-        count = self._counts.get(token, 0)
-        if array is None:
-            array = np.empty(4, dtype=np.int64)
-            self._variants.setdefault(stem(token), []).append(token)
-        elif count == len(array):
-            grown = np.empty(2 * count, dtype=np.int64)
-            grown[:count] = array
-            array = grown
-        array[count] = row
-        self._arrays[token] = array
-        self._counts[token] = count + 1
-
-    def get(self, token: str) -> npt.NDArray[np.int64] | None:
-        array = self._arrays.get(token)
-        return None if array is None else array[: self._counts[token]]
-
-    def variants(self, stemmed: str) -> tuple[str, ...]:
-        """The tokens seen with this stem (for the `stems` keyword mode)."""
-        return tuple(self._variants.get(stemmed, ()))
-
-    def nbytes(self) -> int:
-        return sum(array.nbytes + 160 for array in self._arrays.values())
 
 
 class AgentIndex:
@@ -124,7 +90,15 @@ class AgentIndex:
             flags[: len(self.has_vector[model])] = self.has_vector[model]
             self.has_vector[model] = flags
 
-    def upsert(self, row: Row) -> None:
+    def load(self, rows: Iterable[Row]) -> None:
+        """Add many rows at once, their postings gathered first and made arrays once: one
+        numpy append per token occurrence was most of a first recall's time."""
+        gathered: PostingLists = {}
+        for row in rows:
+            self.upsert(row, gathered)
+        self.postings.extend(gathered)
+
+    def upsert(self, row: Row, gathered: PostingLists | None = None) -> None:
         memory_id, role, session_id, timestamp, importance, confidence = row[:6]
         existing = self.row_of.get(memory_id)
         if existing is not None:
@@ -144,8 +118,15 @@ class AgentIndex:
             code = self.session_codes.setdefault(session_id, len(self.session_codes))
             self.session[at] = code
         self._set_vector(at, row[6], row[7])
+        if gathered is None:
+            for token in set(tokens(row[8])):
+                self.postings.add(token, at)
+            return
         for token in set(tokens(row[8])):
-            self.postings.add(token, at)
+            found = gathered.get(token)
+            if found is None:
+                gathered[token] = found = array("i")
+            found.append(at)
 
     def _set_vector(self, at: int, blob: bytes | None, model: str | None) -> None:
         if blob is None or model is None:
@@ -223,8 +204,7 @@ class MemoryIndex:
         loaded = AgentIndex(anchor_ms=self._clock())
         conn = self._open_reader()
         try:
-            for row in conn.execute(ROW_SQL + " WHERE agent_id = ? ORDER BY rowid", (agent_id,)):
-                loaded.upsert(row)
+            loaded.load(conn.execute(ROW_SQL + " WHERE agent_id = ? ORDER BY rowid", (agent_id,)))
         finally:
             conn.close()
         self._agents[agent_id] = loaded
