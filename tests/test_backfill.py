@@ -4,6 +4,7 @@ every memory without a vector gets one in the background, at once or at the next
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -73,6 +74,28 @@ async def wait_for_vectors(db: str, expected: int, timeout: float = 30.0) -> Non
     while vector_counts(db) != (expected, expected):
         assert time.monotonic() < deadline, f"vectors: {vector_counts(db)} of {expected}"
         await asyncio.sleep(0.1)
+
+
+async def answer_at_once(msg: Any) -> None:
+    """An `embedding.generate` responder that answers at once."""
+    text = msgspec.json.decode(msg.data)["text"]
+    await msg.respond(msgspec.json.encode({"embedding": vector_of(text)}))
+
+
+@contextlib.asynccontextmanager
+async def bus_worker(nats_url: str, db: Path, **overrides: Any) -> AsyncIterator[tuple[App, Any]]:
+    """A worker with the `bus` embedder whose backfill retries after 0.2 s, and a client
+    connection; both closed on exit."""
+    app = App(worker_config(nats_url, db, embedder="bus", **overrides))
+    await app.start()
+    assert app.services is not None and app.services.backfill is not None
+    app.services.backfill.retry_s = 0.2
+    nc = await nats.connect(nats_url)
+    try:
+        yield app, nc
+    finally:
+        await nc.close()
+        await app.stop()
 
 
 async def test_a_burst_of_stores_replies_before_the_model_catches_up_and_all_get_vectors(
@@ -187,27 +210,14 @@ async def test_a_store_whose_embedding_failed_gets_its_vector_once_the_service_a
 ) -> None:
     """With no embedding service the store still succeeds, without a vector; the backfill
     retries and embeds it when the service comes up, with no restart and no further store."""
-    app = App(worker_config(nats_url, tmp_path / "memory.db", embedder="bus"))
-    await app.start()
-    assert app.services is not None and app.services.backfill is not None
-    app.services.backfill.retry_s = 0.2
-    nc = await nats.connect(nats_url)
-    try:
+    async with bus_worker(nats_url, tmp_path / "memory.db") as (app, nc):
         for i in range(3):
             reply = await Client(nc).call("memory::store", {"agentId": "a", "content": f"n {i}"})
             assert reply.ok and reply.body["stored"]
         assert vector_counts(app.config.db_path) == (3, 0)
-
-        async def answer(msg: Any) -> None:
-            text = msgspec.json.decode(msg.data)["text"]
-            await msg.respond(msgspec.json.encode({"embedding": vector_of(text)}))
-
-        await nc.subscribe("embedding.generate", cb=answer)
+        await nc.subscribe("embedding.generate", cb=answer_at_once)
         await nc.flush()
         await wait_for_vectors(app.config.db_path, 3, timeout=10)
-    finally:
-        await nc.close()
-        await app.stop()
 
 
 async def test_a_compaction_summary_whose_embedding_failed_gets_its_vector_later(
@@ -215,18 +225,8 @@ async def test_a_compaction_summary_whose_embedding_failed_gets_its_vector_later
 ) -> None:
     """A summary stored while the embedding service was away is queued for the backfill like a
     store is, and gets its vector when the service is back, with no restart."""
-    app = App(worker_config(nats_url, tmp_path / "memory.db", embedder="bus", llm_timeout=0.5))
-    await app.start()
-    assert app.services is not None and app.services.backfill is not None
-    app.services.backfill.retry_s = 0.2
-    nc = await nats.connect(nats_url)
-
-    async def answer(msg: Any) -> None:
-        text = msgspec.json.decode(msg.data)["text"]
-        await msg.respond(msgspec.json.encode({"embedding": vector_of(text)}))
-
-    try:
-        service = await nc.subscribe("embedding.generate", cb=answer)
+    async with bus_worker(nats_url, tmp_path / "memory.db", llm_timeout=0.5) as (app, nc):
+        service = await nc.subscribe("embedding.generate", cb=answer_at_once)
         client = Client(nc)
         for i in range(6):
             message = {"agentId": "a", "content": f"turn {i}", "sessionId": "s"}
@@ -238,9 +238,6 @@ async def test_a_compaction_summary_whose_embedding_failed_gets_its_vector_later
         reply = await client.call("memory::session::compact", compaction)
         assert reply.ok and reply.body["compacted"] is True
         assert vector_counts(app.config.db_path) == (7, 6)
-        await nc.subscribe("embedding.generate", cb=answer)
+        await nc.subscribe("embedding.generate", cb=answer_at_once)
         await nc.flush()
         await wait_for_vectors(app.config.db_path, 7, timeout=10)
-    finally:
-        await nc.close()
-        await app.stop()

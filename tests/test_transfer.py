@@ -245,6 +245,12 @@ def test_an_imported_session_replaces_the_one_in_the_database(
     assert dump(target)["sessions"] == dump(source)["sessions"]
 
 
+def repeat_first(lines: list[bytes], kind: bytes) -> list[bytes]:
+    """The file with its first record of this kind repeated on the next line."""
+    at = next(n for n, line in enumerate(lines) if kind in line)
+    return [*lines[: at + 1], lines[at], *lines[at + 1 :]]
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -280,6 +286,14 @@ def test_an_imported_session_replaces_the_one_in_the_database(
             r"line 13: a memory with the same id is on line 3 - at `\$.id`",
         ),
         (lambda lines: [*lines, lines[1]], r"line 23: data after the end record"),
+        (
+            lambda lines: repeat_first(lines, b'"kind":"session"'),
+            r"line 7: the same session is on line 6 - at `\$.id`",
+        ),
+        (
+            lambda lines: repeat_first(lines, b'"kind":"entity"'),
+            r"line 9: the same entity is on line 8 - at `\$.id`",
+        ),
     ],
 )  # fmt: skip
 def test_a_bad_file_is_refused_naming_the_line_and_nothing_is_imported(

@@ -87,19 +87,25 @@ def _stage_memory(conn: apsw.Connection, r: MemoryRecord, line: int) -> None:
         raise _at(line, f"a memory with {what} is on line {first[0]}", "id") from None
 
 
-def _stage_session(conn: apsw.Connection, r: SessionRecord, line: int) -> None:
+def _insert_once(
+    conn: apsw.Connection, table: str, what: str, line: int, agent_id: str, key: str, *rest: object
+) -> None:
+    """Stage a record keyed by (agent, id); a second record with the same key is refused,
+    naming the line of the first."""
+    row = (line, agent_id, key, *rest)
     try:
-        conn.execute(
-            "INSERT INTO temp.transfer_sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (line, r.agent_id, r.id, r.created_at, r.updated_at, r.compacted_at, r.repaired_at),
-        )
+        conn.execute(f"INSERT INTO temp.{table} VALUES ({', '.join('?' * len(row))})", row)
     except apsw.ConstraintError:
         first = conn.execute(
-            "SELECT seq FROM temp.transfer_sessions WHERE agent_id = ? AND id = ?",
-            (r.agent_id, r.id),
+            f"SELECT seq FROM temp.{table} WHERE agent_id = ? AND id = ?", (agent_id, key)
         ).fetchone()
         assert first is not None
-        raise _at(line, f"the same session is on line {first[0]}", "id") from None
+        raise _at(line, f"the same {what} is on line {first[0]}", "id") from None
+
+
+def _stage_session(conn: apsw.Connection, r: SessionRecord, line: int) -> None:
+    times = (r.created_at, r.updated_at, r.compacted_at, r.repaired_at)
+    _insert_once(conn, "transfer_sessions", "session", line, r.agent_id, r.id, *times)
     conn.executemany(
         "INSERT INTO temp.transfer_messages VALUES (?, ?, ?, ?, ?, ?)",
         [
@@ -111,18 +117,7 @@ def _stage_session(conn: apsw.Connection, r: SessionRecord, line: int) -> None:
 
 def _stage_entity(conn: apsw.Connection, r: EntityRecord, line: int) -> None:
     properties = msgspec.json.encode(r.properties).decode()
-    try:
-        conn.execute(
-            "INSERT INTO temp.transfer_entities VALUES (?, ?, ?, ?, ?)",
-            (line, r.agent_id, r.id, r.type, properties),
-        )
-    except apsw.ConstraintError:
-        first = conn.execute(
-            "SELECT seq FROM temp.transfer_entities WHERE agent_id = ? AND id = ?",
-            (r.agent_id, r.id),
-        ).fetchone()
-        assert first is not None
-        raise _at(line, f"the same entity is on line {first[0]}", "id") from None
+    _insert_once(conn, "transfer_entities", "entity", line, r.agent_id, r.id, r.type, properties)
 
 
 def stage(
