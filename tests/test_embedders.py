@@ -147,6 +147,7 @@ async def test_texts_of_a_caller_that_gave_up_leave_the_queue_and_the_backlog() 
         assert embedder.backlog() <= PASSAGE_BATCH
         [row] = await embedder.embed(["where?"], query=True)
         assert row is not None and embedder.backlog() == 0
-        assert sum(n for query, n in model.calls if not query) <= PASSAGE_BATCH
+        # The batch running when it was cancelled, and one more if the loop was late to cancel.
+        assert sum(n for query, n in model.calls if not query) <= 2 * PASSAGE_BATCH
     finally:
         await embedder.close()

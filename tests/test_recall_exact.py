@@ -138,11 +138,13 @@ def test_top_k_equals_the_plain_python_formula_in_every_keyword_mode(
                 blob, None if blob is None else "test-model", str(memory["content"]), 0,
             )
         )  # fmt: skip
-    # Some rows arrive as a load does them (postings in bulk), the rest one by one as writes do.
-    loaded = data.draw(st.integers(0, len(rows)))
-    index.load(rows[:loaded])
-    for row in rows[loaded:]:
+    # Rows arrive as a load does them (postings in bulk), one by one as writes do, and in bulk
+    # again onto postings that already hold rows.
+    first, second = sorted(data.draw(st.lists(st.integers(0, len(rows)), min_size=2, max_size=2)))
+    index.load(rows[:first])
+    for row in rows[first:second]:
         index.upsert(row)
+    index.load(rows[second:])
     qvec = None
     if query_vector is not None:
         array = np.asarray(query_vector, dtype=np.float32)

@@ -33,21 +33,23 @@ class GrowingPostings:
             grown[:count] = found
             found = grown
         found[count] = row
-        self._arrays[token] = found
+        # The count before the array: a reader (without the lock) never finds an array whose
+        # count is missing, and a count ahead of its array only slices what is there.
         self._counts[token] = count + 1
+        self._arrays[token] = found
 
     def extend(self, gathered: PostingLists) -> None:
         """Append many rows per token at once (rows above every row already added)."""
         for token, rows in gathered.items():
-            added = np.frombuffer(rows, dtype=np.int32).astype(np.int64)
+            added = np.frombuffer(rows, dtype=np.intc).astype(np.int64)
             count = self._counts.get(token, 0)
             if count == 0:
                 self._variants.setdefault(stem(token), []).append(token)
                 joined = added
             else:
                 joined = np.concatenate([self._arrays[token][:count], added])
-            self._arrays[token] = joined
             self._counts[token] = len(joined)
+            self._arrays[token] = joined
 
     def get(self, token: str) -> npt.NDArray[np.int64] | None:
         found = self._arrays.get(token)

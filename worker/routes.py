@@ -173,7 +173,7 @@ async def session_compact(s: Services, req: CompactRequest) -> CompactReply:
             conn, req, plan, summary=text, summarizer=summarizer, now=s.clock(), embedding=embedding
         )
     )
-    if embedding is None and s.backfill is not None:
+    if embedding is None and reply.compacted and s.backfill is not None:
         s.backfill.add(req.agent_id)  # the embedder failed: the summary gets its vector later
     return reply
 
