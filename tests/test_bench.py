@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.conftest import worker_config
+from worker.app import App
 
 TINY_LOCOMO = [
     {
@@ -50,3 +54,26 @@ def test_bench_prints_store_recall_echo_rss_and_locomo_figures(tmp_path: Path) -
     assert quality["questions"] == 2
     assert quality["recall@5"] == 1.0 and quality["recall@10"] == 1.0
     assert quality["stores_per_second"] > 0
+
+
+async def test_bench_measures_a_running_worker_given_by_nats_url_and_subject_prefix(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """With --nats-url the bench measures the worker already there (under its subject prefix)
+    and still finds its own echo responder, which subscribes after that worker answers."""
+    app = App(worker_config(nats_url, tmp_path / "memory.db", subject_prefix="prod."))
+    await app.start()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "worker", "bench", "--nats-url", nats_url,
+            "--subject-prefix", "prod.", "--embedder", "none", "--memories", "100",
+            "--recalls", "10", "--echo", "20", "--json",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(process.communicate(), timeout=300)
+    finally:
+        await app.stop()
+    assert process.returncode == 0, err.decode()
+    results = json.loads(out.decode().strip().splitlines()[-1])
+    assert results["echo"]["p50_ms"] > 0 and results["recall"]["p50_ms"] > 0
+    assert results["store"]["per_second"] > 0

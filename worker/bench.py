@@ -45,24 +45,28 @@ def rss_mb(pid: int | None) -> float | None:
     return None
 
 
-async def wait_for_service(nc: Any, prefix: str, timeout: float = 60.0) -> None:
+async def wait_for_responder(nc: Any, subject: str, timeout: float = 60.0) -> None:
+    """Until something answers on subject: the worker's service, and the echo process, which
+    may subscribe after a worker given by --nats-url already answers."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            await nc.request("$SRV.PING.memory", b"", timeout=1.0)
+            await nc.request(subject, b"{}", timeout=1.0)
             return
         except Exception:
             if time.monotonic() > deadline:
-                raise RuntimeError("the worker did not answer in time") from None
+                raise RuntimeError(f"nothing answered on {subject} in time") from None
             await asyncio.sleep(0.2)
 
 
 async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) -> dict[str, Any]:
     nc = await nats.connect(url)
     client = BenchClient(nc, args.subject_prefix)
-    await wait_for_service(nc, args.subject_prefix)
+    await wait_for_responder(nc, "$SRV.PING.memory")
+    await wait_for_responder(nc, "bench.echo")
     results: dict[str, Any] = {"memories": args.memories, "concurrency": args.concurrency}
-    echo = [(await client.timed("bench.echo", {"x": 1}))[0] for _ in range(args.echo)]
+    floor_client = BenchClient(nc)  # the echo's subject has no prefix
+    echo = [(await floor_client.timed("bench.echo", {"x": 1}))[0] for _ in range(args.echo)]
     floor = percentiles(echo)
     results["echo"] = floor
     results["rss_before_mb"] = rss_mb(worker_pid)
