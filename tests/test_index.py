@@ -1,38 +1,154 @@
-"""The in-memory recall index: bounded memory, least recently used agents leave and reload."""
+"""The in-memory recall index: bounded memory, least recently used agents leave and reload, and
+a load neither blocks the writer nor misses what the writer committed while it ran."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
+
+import apsw
+import numpy as np
 
 from handlers.store import insert_memory
 from worker.db import migrate, open_db
-from worker.index import MemoryIndex
+from worker.index import MemoryIndex, install_change_log, take_changes
+
+
+def filled_db(path: Path, agents: tuple[str, ...], count: int) -> apsw.Connection:
+    conn = open_db(path)
+    migrate(conn)
+    with conn:
+        for agent in agents:
+            for number in range(count):
+                insert_memory(
+                    conn, agent_id=agent, content=f"{agent} note {number}", role="user",
+                    now=1, timestamp=1, importance=0.5,
+                )  # fmt: skip
+    return conn
 
 
 def test_least_recently_used_agents_leave_when_over_budget_and_reload_on_demand(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "memory.db"
-    conn = open_db(path)
-    migrate(conn)
-    with conn:
-        for agent in ("a", "b", "c"):
-            for number in range(300):
-                insert_memory(
-                    conn, agent_id=agent, content=f"{agent} note {number}", role="user",
-                    now=1, timestamp=1, importance=0.5,
-                )  # fmt: skip
+    conn = filled_db(path, ("a", "b", "c"), 300)
     index = MemoryIndex(lambda: open_db(path), max_bytes=1, clock=lambda: 1)
-    with index.lock:
-        first = index.agent("a")
-        assert index.loaded_agents() == 1
-        index.agent("b")
-        assert index.loaded_agents() == 1  # "a" left to make room
-        again = index.agent("a")
-    assert again is not first and again.columns().rows == 300
+    assert index.columns("a").rows == 300 and index.loaded_agents() == 1
+    index.columns("b")
+    assert index.loaded_agents() == 1  # "a" left to make room
+    assert index.columns("a").rows == 300
     roomy = MemoryIndex(lambda: open_db(path), max_bytes=10**9, clock=lambda: 1)
-    with roomy.lock:
-        for agent in ("a", "b", "c"):
-            roomy.agent(agent)
-        assert roomy.loaded_agents() == 3
+    for agent in ("a", "b", "c"):
+        roomy.columns(agent)
+    assert roomy.loaded_agents() == 3
     conn.close()
+
+
+def test_writes_committed_during_a_load_are_applied_without_waiting_for_it(
+    tmp_path: Path,
+) -> None:
+    """While a load reads its snapshot, the writer commits an insert, a rescore and a delete and
+    applies them: apply returns at once (it used to wait for the whole load), and the loaded
+    index holds all three changes although its snapshot began before them."""
+    path = tmp_path / "memory.db"
+    filled_db(path, ("a",), 50).close()
+    writer = open_db(path)
+    install_change_log(writer)
+    applied = threading.Event()
+
+    def write_and_apply() -> None:
+        with writer:
+            insert_memory(
+                writer, agent_id="a", content="written during the load", role="user",
+                now=2, timestamp=2, importance=0.5,
+            )  # fmt: skip
+            writer.execute("UPDATE memories SET importance = 0.9 WHERE content = 'a note 1'")
+            writer.execute("DELETE FROM memories WHERE content = 'a note 2'")
+        index.apply(writer, take_changes(writer))
+        applied.set()
+
+    def open_reader() -> apsw.Connection:
+        reader = open_db(path)
+        first_row = threading.Event()
+
+        def on_row(cursor: Any, row: Any) -> Any:
+            if not first_row.is_set():  # the load's snapshot has begun
+                first_row.set()
+                other = threading.Thread(target=write_and_apply)
+                other.start()
+                other.join(timeout=10)
+                assert applied.is_set(), "apply waited for the load"
+            return row
+
+        reader.row_trace = on_row
+        return reader
+
+    index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
+    columns = index.columns("a")
+    assert applied.is_set()
+    live = {columns.ids[int(row)] for row in np.flatnonzero(columns.live[: columns.rows])}
+    contents = dict(writer.execute("SELECT id, content FROM memories WHERE agent_id = 'a'"))
+    assert live == set(contents) and len(live) == 50
+    assert "written during the load" in contents.values()
+    rescored = next(i for i, text in contents.items() if text == "a note 1")
+    assert columns.importance[columns.ids.index(rescored)] == 0.9
+    writer.close()
+
+
+def test_a_load_overtaken_by_another_processs_write_is_used_once_and_not_kept(
+    tmp_path: Path,
+) -> None:
+    """When the index is dropped during a load (another process wrote the file), the load's
+    snapshot answers the recall that asked but is not cached: the next recall loads afresh."""
+    path = tmp_path / "memory.db"
+    filled_db(path, ("a",), 20).close()
+
+    def open_reader() -> apsw.Connection:
+        reader = open_db(path)
+
+        def on_row(cursor: Any, row: Any) -> Any:
+            reader.row_trace = None
+            index.forget_all()
+            return row
+
+        reader.row_trace = on_row
+        return reader
+
+    index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
+    assert index.columns("a").rows == 20
+    assert index.loaded_agents() == 0
+
+
+def test_recalls_that_need_an_agent_being_loaded_wait_for_that_load_not_a_second(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "memory.db"
+    filled_db(path, ("a",), 20).close()
+    opened: list[apsw.Connection] = []
+    results: list[int] = []
+
+    def second_recall() -> None:
+        results.append(index.columns("a").rows)
+
+    def open_reader() -> apsw.Connection:
+        reader = open_db(path)
+        opened.append(reader)
+
+        def on_row(cursor: Any, row: Any) -> Any:
+            reader.row_trace = None
+            other = threading.Thread(target=second_recall)
+            other.start()
+            other.join(timeout=0.3)  # it waits for this load, so it cannot finish yet
+            assert other.is_alive()
+            waiting.append(other)
+            return row
+
+        reader.row_trace = on_row
+        return reader
+
+    waiting: list[threading.Thread] = []
+    index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
+    results.append(index.columns("a").rows)
+    waiting[0].join(timeout=10)
+    assert results == [20, 20] and len(opened) == 1

@@ -3,23 +3,26 @@
 The writer connection carries temporary triggers that log which memories a transaction inserted,
 deleted or re-scored; after each commit the writer applies that log here. Recall then ranks an
 agent without touching SQLite. Agents load on first use and leave, least recently used first,
-when the index outgrows its memory budget. One lock orders loads against applied changes: a load
-reads its snapshot while holding it, so a change is either in the snapshot or applied after.
+when the index outgrows its memory budget.
+
+A load reads the agent's rows without holding the lock (a large agent takes seconds, and the
+writer applies every commit under the lock, so holding it would stall every write and every
+other recall). Changes applied while the load runs are kept and replayed onto the loaded index
+under the lock before it is installed: a change committed before the load's snapshot began is in
+it, one committed after is replayed (replaying one already in the snapshot changes nothing).
 """
 
 from __future__ import annotations
 
 import threading
-from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 import apsw
-import numpy as np
 
-from handlers.recall import ROLE_CODES, Columns, growth, static_part
-from handlers.text import tokens
-from worker.postings import GrowingPostings, PostingLists
+from handlers.recall import Columns
+from worker.agent_index import ROW_SQL, AgentIndex
 
 CHANGE_LOG = """
 CREATE TEMP TABLE IF NOT EXISTS index_changes (agent_id TEXT, memory_id TEXT, op TEXT);
@@ -31,155 +34,15 @@ CREATE TEMP TRIGGER IF NOT EXISTS index_on_rescore
     AFTER UPDATE OF confidence, importance, timestamp, embedding ON main.memories BEGIN
     INSERT INTO index_changes VALUES (new.agent_id, new.id, 'upsert'); END;
 """
-ROW_SQL = (
-    "SELECT id, role, session_id, timestamp, importance, confidence, embedding, "
-    "embedding_model, content, access_count FROM memories"
-)
-Row = tuple[str, str, str | None, int, float, float, bytes | None, str | None, str, int]
 
 
-class AgentIndex:
-    """Append-only arrays with a live mask; a deleted row's slot is dropped at the next load."""
+@dataclass
+class _Load:
+    """A load in progress: changes applied meanwhile, and its result for callers that waited."""
 
-    def __init__(self, anchor_ms: int) -> None:
-        self.anchor_ms = anchor_ms
-        self.ids: list[str] = []
-        self.row_of: dict[str, int] = {}
-        capacity = 64
-        self.live = np.zeros(capacity, dtype=np.bool_)
-        self.timestamp = np.zeros(capacity, dtype=np.int64)
-        self.importance = np.zeros(capacity, dtype=np.float64)
-        self.confidence = np.zeros(capacity, dtype=np.float64)
-        self.role = np.zeros(capacity, dtype=np.int8)
-        self.session = np.full(capacity, -1, dtype=np.int32)
-        self.static = np.zeros(capacity, dtype=np.float64)
-        self.growth = np.zeros(capacity, dtype=np.float64)
-        # Access counts live here first: a recall counts its accesses in memory and answers at
-        # once; the database catches up in the writer's next batch.
-        self.access = np.zeros(capacity, dtype=np.int64)
-        self.session_codes: dict[str, int] = {}
-        self.vectors: dict[str, np.ndarray] = {}
-        self.has_vector: dict[str, np.ndarray] = {}
-        self.postings = GrowingPostings()
-        self.dead = 0
-
-    _COLUMNS = (
-        "live", "timestamp", "importance", "confidence", "role", "session", "static", "growth",
-        "access",
-    )  # fmt: skip
-
-    def _set_scores(self, at: int, timestamp: int, importance: float, confidence: float) -> None:
-        self.timestamp[at] = timestamp
-        self.importance[at] = importance
-        self.confidence[at] = confidence
-        self.static[at] = static_part(importance, confidence)
-        self.growth[at] = growth(timestamp, self.anchor_ms)
-
-    def _grow(self) -> None:
-        capacity = 2 * len(self.live)
-        for name in self._COLUMNS:
-            old = getattr(self, name)
-            new = np.full(capacity, -1 if name == "session" else 0, dtype=old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
-        for model, matrix in self.vectors.items():
-            grown = np.zeros((capacity, matrix.shape[1]), dtype=np.float32)
-            grown[: len(matrix)] = matrix
-            self.vectors[model] = grown
-            flags = np.zeros(capacity, dtype=np.bool_)
-            flags[: len(self.has_vector[model])] = self.has_vector[model]
-            self.has_vector[model] = flags
-
-    def load(self, rows: Iterable[Row]) -> None:
-        """Add many rows at once, their postings gathered first and made arrays once: one
-        numpy append per token occurrence was most of a first recall's time."""
-        gathered: PostingLists = {}
-        for row in rows:
-            self.upsert(row, gathered)
-        self.postings.extend(gathered)
-
-    def upsert(self, row: Row, gathered: PostingLists | None = None) -> None:
-        memory_id, role, session_id, timestamp, importance, confidence = row[:6]
-        existing = self.row_of.get(memory_id)
-        if existing is not None:
-            self._set_scores(existing, timestamp, importance, confidence)
-            self._set_vector(existing, row[6], row[7])
-            return
-        at = len(self.ids)
-        if at == len(self.live):
-            self._grow()
-        self.ids.append(memory_id)
-        self.row_of[memory_id] = at
-        self.live[at] = True
-        self._set_scores(at, timestamp, importance, confidence)
-        self.access[at] = row[9]
-        self.role[at] = ROLE_CODES[role]
-        if session_id is not None:
-            code = self.session_codes.setdefault(session_id, len(self.session_codes))
-            self.session[at] = code
-        self._set_vector(at, row[6], row[7])
-        if gathered is None:
-            for token in set(tokens(row[8])):
-                self.postings.add(token, at)
-            return
-        for token in set(tokens(row[8])):
-            found = gathered.get(token)
-            if found is None:
-                gathered[token] = found = array("i")
-            found.append(at)
-
-    def _set_vector(self, at: int, blob: bytes | None, model: str | None) -> None:
-        if blob is None or model is None:
-            return
-        vector = np.frombuffer(blob, dtype=np.float32)
-        if model not in self.vectors:
-            self.vectors[model] = np.zeros((len(self.live), len(vector)), dtype=np.float32)
-            self.has_vector[model] = np.zeros(len(self.live), dtype=np.bool_)
-        if self.vectors[model].shape[1] == len(vector):
-            self.vectors[model][at] = vector
-            self.has_vector[model][at] = True
-
-    def count_access(self, memory_ids: list[str]) -> dict[str, int]:
-        """Add one access to each (live) memory; their counts after it."""
-        counts = {}
-        for memory_id in memory_ids:
-            at = self.row_of.get(memory_id)
-            if at is not None:
-                self.access[at] += 1
-                counts[memory_id] = int(self.access[at])
-        return counts
-
-    def remove(self, memory_id: str) -> None:
-        at = self.row_of.pop(memory_id, None)
-        if at is not None:
-            self.live[at] = False
-            self.dead += 1
-
-    def columns(self) -> Columns:
-        """A snapshot to rank without the lock: appends after it lie beyond its `rows`."""
-        return Columns(
-            rows=len(self.ids),
-            ids=self.ids,
-            live=self.live,
-            timestamp=self.timestamp,
-            importance=self.importance,
-            confidence=self.confidence,
-            role=self.role,
-            session=self.session,
-            session_codes=self.session_codes,
-            vectors=dict(self.vectors),
-            has_vector=dict(self.has_vector),
-            postings=self.postings,
-            static=self.static,
-            growth=self.growth,
-            anchor_ms=self.anchor_ms,
-        )
-
-    def nbytes(self) -> int:
-        size = sum(getattr(self, name).nbytes for name in self._COLUMNS)
-        size += sum(m.nbytes for m in self.vectors.values())
-        size += self.postings.nbytes()
-        return int(size) + 120 * len(self.ids)
+    changes: list[tuple[str, str]] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    result: AgentIndex | None = None
 
 
 class MemoryIndex:
@@ -193,23 +56,62 @@ class MemoryIndex:
         self._clock = clock
         self._max_bytes = max_bytes
         self._agents: OrderedDict[str, AgentIndex] = OrderedDict()
+        self._loading: dict[str, _Load] = {}
+        # Bumped when another process wrote the file: loads begun before must not be kept.
+        self._generation = 0
         self.lock = threading.RLock()
 
-    def agent(self, agent_id: str) -> AgentIndex:
-        """The agent's index, loaded from SQLite if absent or too fragmented. Hold `lock`."""
-        found = self._agents.get(agent_id)
-        if found is not None and found.dead <= max(1024, len(found.row_of)):
-            self._agents.move_to_end(agent_id)
-            return found
+    def columns(self, agent_id: str) -> Columns:
+        """A snapshot of the agent's columns to rank without the lock. Call without `lock`."""
+        found = self._agent(agent_id)
+        with self.lock:
+            return found.columns()
+
+    def count_access(self, agent_id: str, memory_ids: list[str]) -> dict[str, int]:
+        """Count one access of each memory in the index; their counts after it."""
+        found = self._agent(agent_id)
+        with self.lock:
+            return found.count_access(memory_ids)
+
+    def _agent(self, agent_id: str) -> AgentIndex:
+        """The agent's index, loaded from SQLite if absent or too fragmented; one load per agent
+        at a time, which callers needing the same agent wait for."""
+        with self.lock:
+            found = self._agents.get(agent_id)
+            if found is not None and found.dead <= max(1024, len(found.row_of)):
+                self._agents.move_to_end(agent_id)
+                return found
+            pending = self._loading.get(agent_id)
+            mine = pending is None
+            if pending is None:
+                pending = self._loading[agent_id] = _Load()
+            generation = self._generation
+        if not mine:
+            pending.done.wait()
+            return pending.result if pending.result is not None else self._agent(agent_id)
+        try:
+            pending.result = self._load(agent_id, pending, generation)
+            return pending.result
+        finally:
+            with self.lock:
+                del self._loading[agent_id]
+            pending.done.set()
+
+    def _load(self, agent_id: str, pending: _Load, generation: int) -> AgentIndex:
         loaded = AgentIndex(anchor_ms=self._clock())
         conn = self._open_reader()
         try:
+            # One statement, one read snapshot, begun after `pending` was registered.
             loaded.load(conn.execute(ROW_SQL + " WHERE agent_id = ? ORDER BY rowid", (agent_id,)))
+            with self.lock:
+                for memory_id, op in pending.changes:
+                    _apply_one(conn, loaded, memory_id, op)
+                if generation == self._generation:
+                    self._agents[agent_id] = loaded
+                    self._shrink(keep=agent_id)
+            return loaded
         finally:
             conn.close()
-        self._agents[agent_id] = loaded
-        self._shrink(keep=agent_id)
-        return loaded
 
     def _shrink(self, keep: str) -> None:
         total = sum(index.nbytes() for index in self._agents.values())
@@ -223,25 +125,34 @@ class MemoryIndex:
     def forget_all(self) -> None:
         with self.lock:
             self._agents.clear()
+            self._generation += 1
 
     def loaded_agents(self) -> int:
         return len(self._agents)
 
     def apply(self, conn: apsw.Connection, changes: Iterable[tuple[str, str, str]]) -> None:
-        """Apply (agent, memory id, op) changes committed on conn to the loaded agents."""
+        """Apply (agent, memory id, op) changes committed on conn to the loaded agents, and keep
+        them for the agents being loaded."""
         with self.lock:
             for agent_id, memory_id, op in changes:
+                pending = self._loading.get(agent_id)
+                if pending is not None:
+                    pending.changes.append((memory_id, op))
                 index = self._agents.get(agent_id)
-                if index is None:
-                    continue
-                if op == "delete":
-                    index.remove(memory_id)
-                    continue
-                row = conn.execute(ROW_SQL + " WHERE id = ?", (memory_id,)).fetchone()
-                if row is None:
-                    index.remove(memory_id)
-                else:
-                    index.upsert(row)
+                if index is not None:
+                    _apply_one(conn, index, memory_id, op)
+
+
+def _apply_one(conn: apsw.Connection, index: AgentIndex, memory_id: str, op: str) -> None:
+    """Bring one memory of the index to its row as conn now reads it (absent: removed)."""
+    if op == "delete":
+        index.remove(memory_id)
+        return
+    row = conn.execute(ROW_SQL + " WHERE id = ?", (memory_id,)).fetchone()
+    if row is None:
+        index.remove(memory_id)
+    else:
+        index.upsert(row)
 
 
 def install_change_log(conn: apsw.Connection) -> None:

@@ -74,15 +74,13 @@ def _recall(
 ) -> RecallReply:
     """On a reader thread: rank a snapshot of the agent's columns, count the accesses in the
     index, and read the winners' rows."""
-    with s.index.lock:
-        columns = s.index.agent(req.agent_id).columns()
+    columns = s.index.columns(req.agent_id)
     ranked = recall_handler.rank(
         columns, req, now=now, query_vector=query_vector, keyword_mode=s.keyword_mode
     )
     if not ranked:
         return RecallReply(memories=[])
-    with s.index.lock:
-        counts = s.index.agent(req.agent_id).count_access([memory_id for memory_id, _ in ranked])
+    counts = s.index.count_access(req.agent_id, [memory_id for memory_id, _ in ranked])
     return recall_handler.recalled_memories(conn, req.agent_id, ranked, counts, now=now)
 
 
