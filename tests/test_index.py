@@ -3,14 +3,22 @@ a load neither blocks the writer nor misses what the writer committed while it r
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import apsw
+import nats
 import numpy as np
+import pytest
 
+from handlers.recall import Columns
 from handlers.store import insert_memory
+from tests.conftest import worker_config
+from tests.support import Client
+from worker.app import App
 from worker.db import migrate, open_db
 from worker.index import MemoryIndex, install_change_log, take_changes
 
@@ -28,19 +36,23 @@ def filled_db(path: Path, agents: tuple[str, ...], count: int) -> apsw.Connectio
     return conn
 
 
+def columns_of(index: MemoryIndex, agent_id: str) -> Columns:
+    return index.snapshot(index.agent(agent_id))
+
+
 def test_least_recently_used_agents_leave_when_over_budget_and_reload_on_demand(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "memory.db"
     conn = filled_db(path, ("a", "b", "c"), 300)
     index = MemoryIndex(lambda: open_db(path), max_bytes=1, clock=lambda: 1)
-    assert index.columns("a").rows == 300 and index.loaded_agents() == 1
-    index.columns("b")
+    assert columns_of(index, "a").rows == 300 and index.loaded_agents() == 1
+    columns_of(index, "b")
     assert index.loaded_agents() == 1  # "a" left to make room
-    assert index.columns("a").rows == 300
+    assert columns_of(index, "a").rows == 300
     roomy = MemoryIndex(lambda: open_db(path), max_bytes=10**9, clock=lambda: 1)
     for agent in ("a", "b", "c"):
-        roomy.columns(agent)
+        columns_of(roomy, agent)
     assert roomy.loaded_agents() == 3
     conn.close()
 
@@ -85,7 +97,7 @@ def test_writes_committed_during_a_load_are_applied_without_waiting_for_it(
         return reader
 
     index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
-    columns = index.columns("a")
+    columns = columns_of(index, "a")
     assert applied.is_set()
     live = {columns.ids[int(row)] for row in np.flatnonzero(columns.live[: columns.rows])}
     contents = dict(writer.execute("SELECT id, content FROM memories WHERE agent_id = 'a'"))
@@ -116,7 +128,7 @@ def test_a_load_overtaken_by_another_processs_write_is_used_once_and_not_kept(
         return reader
 
     index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
-    assert index.columns("a").rows == 20
+    assert columns_of(index, "a").rows == 20
     assert index.loaded_agents() == 0
 
 
@@ -129,7 +141,7 @@ def test_recalls_that_need_an_agent_being_loaded_wait_for_that_load_not_a_second
     results: list[int] = []
 
     def second_recall() -> None:
-        results.append(index.columns("a").rows)
+        results.append(columns_of(index, "a").rows)
 
     def open_reader() -> apsw.Connection:
         reader = open_db(path)
@@ -149,6 +161,102 @@ def test_recalls_that_need_an_agent_being_loaded_wait_for_that_load_not_a_second
 
     waiting: list[threading.Thread] = []
     index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
-    results.append(index.columns("a").rows)
+    results.append(columns_of(index, "a").rows)
     waiting[0].join(timeout=10)
     assert results == [20, 20] and len(opened) == 1
+
+
+def test_when_a_load_fails_a_recall_that_waited_for_it_loads_again(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    filled_db(path, ("a",), 20).close()
+    opened: list[int] = []
+    waiter_rows: list[int] = []
+    waiter = threading.Thread(target=lambda: waiter_rows.append(columns_of(index, "a").rows))
+
+    def open_reader() -> apsw.Connection:
+        opened.append(1)
+        if len(opened) == 1:
+            waiter.start()
+            waiter.join(timeout=0.3)  # registered as waiting for this load
+            raise RuntimeError("disk on fire")
+        return open_db(path)
+
+    index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
+    with pytest.raises(RuntimeError):
+        index.agent("a")
+    waiter.join(timeout=10)
+    assert waiter_rows == [20] and len(opened) == 2
+
+
+def test_a_recall_that_waited_for_an_overtaken_load_loads_afresh(tmp_path: Path) -> None:
+    """Another process wrote while the load ran: the caller that started it gets its snapshot,
+    one that only waited for it loads again and sees the file as it is now."""
+    path = tmp_path / "memory.db"
+    filled_db(path, ("a",), 20).close()
+    opened: list[int] = []
+    waiter_rows: list[int] = []
+    waiter = threading.Thread(target=lambda: waiter_rows.append(columns_of(index, "a").rows))
+
+    def open_reader() -> apsw.Connection:
+        reader = open_db(path)
+        opened.append(1)
+
+        def on_row(cursor: Any, row: Any) -> Any:
+            reader.row_trace = None
+            if len(opened) == 1:
+                waiter.start()
+                waiter.join(timeout=0.3)
+                other_process = open_db(path)
+                with other_process:
+                    insert_memory(
+                        other_process, agent_id="a", content="from elsewhere", role="user",
+                        now=2, timestamp=2, importance=0.5,
+                    )  # fmt: skip
+                other_process.close()
+                index.forget_all()  # what the writer does when data_version moves
+            return row
+
+        reader.row_trace = on_row
+        return reader
+
+    index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
+    assert columns_of(index, "a").rows == 20
+    waiter.join(timeout=10)
+    assert waiter_rows == [21] and len(opened) == 2
+
+
+async def test_recalls_of_other_agents_go_on_while_one_agent_loads(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """Several recalls of an agent whose load takes a second hold one reader thread between
+    them, not all of them: a recall of another agent answers meanwhile."""
+    app = App(worker_config(nats_url, tmp_path / "memory.db"))
+    await app.start()
+    nc = await nats.connect(nats_url)
+    try:
+        client = Client(nc)
+        await client.store("slow", "a memory that takes long to load")
+        await client.store("quick", "a memory already loaded")
+        await client.recall("quick")
+        assert app.services is not None
+        index = app.services.index
+        index.forget_all()
+        await client.recall("quick")
+        fresh = index._open_reader
+
+        def slow_reader() -> apsw.Connection:
+            time.sleep(1.0)
+            return fresh()
+
+        index._open_reader = slow_reader
+        slow = [asyncio.ensure_future(client.recall("slow")) for _ in range(4)]
+        await asyncio.sleep(0.1)
+        started = time.monotonic()
+        [quick] = await client.recall("quick")
+        quick_s = time.monotonic() - started
+        assert quick["content"] == "a memory already loaded"
+        assert not any(task.done() for task in slow) and quick_s < 0.5
+        assert all(len(found) == 1 for found in await asyncio.gather(*slow))
+    finally:
+        await nc.close()
+        await app.stop()

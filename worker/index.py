@@ -40,6 +40,7 @@ CREATE TEMP TRIGGER IF NOT EXISTS index_on_rescore
 class _Load:
     """A load in progress: changes applied meanwhile, and its result for callers that waited."""
 
+    generation: int
     changes: list[tuple[str, str]] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     result: AgentIndex | None = None
@@ -59,24 +60,28 @@ class MemoryIndex:
         self._loading: dict[str, _Load] = {}
         # Bumped when another process wrote the file: loads begun before must not be kept.
         self._generation = 0
-        self.lock = threading.RLock()
+        # Private: a caller holding it while waiting for a load would deadlock with that load.
+        self._lock = threading.RLock()
 
-    def columns(self, agent_id: str) -> Columns:
-        """A snapshot of the agent's columns to rank without the lock. Call without `lock`."""
-        found = self._agent(agent_id)
-        with self.lock:
+    def is_loaded(self, agent_id: str) -> bool:
+        """Without the lock, for the event loop (a dict lookup is atomic)."""
+        return agent_id in self._agents
+
+    def snapshot(self, found: AgentIndex) -> Columns:
+        """The columns to rank without the lock; appends after it lie beyond its `rows`."""
+        with self._lock:
             return found.columns()
 
-    def count_access(self, agent_id: str, memory_ids: list[str]) -> dict[str, int]:
+    def count_access(self, found: AgentIndex, memory_ids: list[str]) -> dict[str, int]:
         """Count one access of each memory in the index; their counts after it."""
-        found = self._agent(agent_id)
-        with self.lock:
+        with self._lock:
             return found.count_access(memory_ids)
 
-    def _agent(self, agent_id: str) -> AgentIndex:
+    def agent(self, agent_id: str) -> AgentIndex:
         """The agent's index, loaded from SQLite if absent or too fragmented; one load per agent
-        at a time, which callers needing the same agent wait for."""
-        with self.lock:
+        at a time, which other callers needing that agent wait for (so call it from a thread
+        that may block)."""
+        with self._lock:
             found = self._agents.get(agent_id)
             if found is not None and found.dead <= max(1024, len(found.row_of)):
                 self._agents.move_to_end(agent_id)
@@ -84,29 +89,31 @@ class MemoryIndex:
             pending = self._loading.get(agent_id)
             mine = pending is None
             if pending is None:
-                pending = self._loading[agent_id] = _Load()
-            generation = self._generation
+                pending = self._loading[agent_id] = _Load(self._generation)
         if not mine:
             pending.done.wait()
-            return pending.result if pending.result is not None else self._agent(agent_id)
+            if pending.result is not None and pending.generation == self._generation:
+                return pending.result
+            return self.agent(agent_id)  # it failed, or another process wrote meanwhile
         try:
-            pending.result = self._load(agent_id, pending, generation)
+            pending.result = self._load(agent_id, pending)
             return pending.result
         finally:
-            with self.lock:
+            with self._lock:
                 del self._loading[agent_id]
             pending.done.set()
 
-    def _load(self, agent_id: str, pending: _Load, generation: int) -> AgentIndex:
+    def _load(self, agent_id: str, pending: _Load) -> AgentIndex:
         loaded = AgentIndex(anchor_ms=self._clock())
         conn = self._open_reader()
         try:
             # One statement, one read snapshot, begun after `pending` was registered.
             loaded.load(conn.execute(ROW_SQL + " WHERE agent_id = ? ORDER BY rowid", (agent_id,)))
-            with self.lock:
-                for memory_id, op in pending.changes:
+            with self._lock:
+                # Once per memory: the replay reads its row as it is now, whatever the changes.
+                for memory_id, op in dict(pending.changes).items():
                     _apply_one(conn, loaded, memory_id, op)
-                if generation == self._generation:
+                if pending.generation == self._generation:
                     self._agents[agent_id] = loaded
                     self._shrink(keep=agent_id)
             return loaded
@@ -123,7 +130,7 @@ class MemoryIndex:
             total -= self._agents.pop(oldest).nbytes()
 
     def forget_all(self) -> None:
-        with self.lock:
+        with self._lock:
             self._agents.clear()
             self._generation += 1
 
@@ -133,7 +140,7 @@ class MemoryIndex:
     def apply(self, conn: apsw.Connection, changes: Iterable[tuple[str, str, str]]) -> None:
         """Apply (agent, memory id, op) changes committed on conn to the loaded agents, and keep
         them for the agents being loaded."""
-        with self.lock:
+        with self._lock:
             for agent_id, memory_id, op in changes:
                 pending = self._loading.get(agent_id)
                 if pending is not None:

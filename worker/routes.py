@@ -74,14 +74,27 @@ def _recall(
 ) -> RecallReply:
     """On a reader thread: rank a snapshot of the agent's columns, count the accesses in the
     index, and read the winners' rows."""
-    columns = s.index.columns(req.agent_id)
+    found = s.index.agent(req.agent_id)
     ranked = recall_handler.rank(
-        columns, req, now=now, query_vector=query_vector, keyword_mode=s.keyword_mode
-    )
+        s.index.snapshot(found), req, now=now, query_vector=query_vector,
+        keyword_mode=s.keyword_mode,
+    )  # fmt: skip
     if not ranked:
         return RecallReply(memories=[])
-    counts = s.index.count_access(req.agent_id, [memory_id for memory_id, _ in ranked])
+    counts = s.index.count_access(found, [memory_id for memory_id, _ in ranked])
     return recall_handler.recalled_memories(conn, req.agent_id, ranked, counts, now=now)
+
+
+async def _load_agent(s: Services, agent_id: str) -> None:
+    """Load the agent's index on a reader thread; recalls that need it meanwhile await the same
+    load here, on the event loop, rather than each holding a reader thread while it runs, so
+    that recalls of other agents still find a free one."""
+    load = s.index_loads.get(agent_id)
+    if load is None:
+        load = asyncio.ensure_future(s.readers.run(lambda _: s.index.agent(agent_id)))
+        s.index_loads[agent_id] = load
+        load.add_done_callback(lambda _: s.index_loads.pop(agent_id, None))
+    await asyncio.shield(load)
 
 
 async def recall(s: Services, req: RecallRequest) -> RecallReply:
@@ -91,6 +104,8 @@ async def recall(s: Services, req: RecallRequest) -> RecallReply:
     if req.query.strip():
         [vector] = await s.embedder.embed([req.query], query=True)
         query_vector = None if vector is None else (s.embedder.name, vector)
+    if not s.index.is_loaded(req.agent_id):
+        await _load_agent(s, req.agent_id)
     now = s.clock()
     reply = await s.readers.run(lambda conn: _recall(s, conn, req, now, query_vector))
     if reply.memories:
