@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,29 @@ def filled_db(path: Path, agents: tuple[str, ...], count: int) -> apsw.Connectio
 
 def columns_of(index: MemoryIndex, agent_id: str) -> Columns:
     return index.snapshot(index.agent(agent_id))
+
+
+def readers_calling(
+    path: Path, during_first_load: Callable[[], None]
+) -> tuple[Callable[[], apsw.Connection], list[int]]:
+    """An `open_reader` for MemoryIndex that counts the connections it opens and calls
+    `during_first_load` once the first load has read a row (so its snapshot has begun)."""
+    opened: list[int] = []
+
+    def open_reader() -> apsw.Connection:
+        reader = open_db(path)
+        opened.append(1)
+        if len(opened) == 1:
+
+            def on_row(cursor: Any, row: Any) -> Any:
+                reader.row_trace = None
+                during_first_load()
+                return row
+
+            reader.row_trace = on_row
+        return reader
+
+    return open_reader, opened
 
 
 def test_least_recently_used_agents_leave_when_over_budget_and_reload_on_demand(
@@ -80,22 +104,13 @@ def test_writes_committed_during_a_load_are_applied_without_waiting_for_it(
         index.apply(writer, take_changes(writer))
         applied.set()
 
-    def open_reader() -> apsw.Connection:
-        reader = open_db(path)
-        first_row = threading.Event()
+    def write_from_another_thread() -> None:
+        other = threading.Thread(target=write_and_apply)
+        other.start()
+        other.join(timeout=10)
+        assert applied.is_set(), "apply waited for the load"
 
-        def on_row(cursor: Any, row: Any) -> Any:
-            if not first_row.is_set():  # the load's snapshot has begun
-                first_row.set()
-                other = threading.Thread(target=write_and_apply)
-                other.start()
-                other.join(timeout=10)
-                assert applied.is_set(), "apply waited for the load"
-            return row
-
-        reader.row_trace = on_row
-        return reader
-
+    open_reader, _ = readers_calling(path, write_from_another_thread)
     index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
     columns = columns_of(index, "a")
     assert applied.is_set()
@@ -116,20 +131,31 @@ def test_a_load_overtaken_by_another_processs_write_is_used_once_and_not_kept(
     path = tmp_path / "memory.db"
     filled_db(path, ("a",), 20).close()
 
-    def open_reader() -> apsw.Connection:
-        reader = open_db(path)
-
-        def on_row(cursor: Any, row: Any) -> Any:
-            reader.row_trace = None
-            index.forget_all()
-            return row
-
-        reader.row_trace = on_row
-        return reader
-
+    open_reader, _ = readers_calling(path, lambda: index.forget_all())
     index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
     assert columns_of(index, "a").rows == 20
     assert index.loaded_agents() == 0
+
+
+class SecondRecall:
+    """Another reader thread's recall of agent "a", started while a load of it runs."""
+
+    def __init__(self, index: Callable[[], MemoryIndex]) -> None:
+        self.rows: list[int] = []
+        self._thread = threading.Thread(target=lambda: self.rows.append(rows_of(index())))
+
+    def start(self) -> None:
+        self._thread.start()
+        self._thread.join(timeout=0.3)  # it waits for the load in progress
+        assert self._thread.is_alive()
+
+    def finish(self) -> list[int]:
+        self._thread.join(timeout=10)
+        return self.rows
+
+
+def rows_of(index: MemoryIndex) -> int:
+    return columns_of(index, "a").rows
 
 
 def test_recalls_that_need_an_agent_being_loaded_wait_for_that_load_not_a_second(
@@ -137,55 +163,30 @@ def test_recalls_that_need_an_agent_being_loaded_wait_for_that_load_not_a_second
 ) -> None:
     path = tmp_path / "memory.db"
     filled_db(path, ("a",), 20).close()
-    opened: list[apsw.Connection] = []
-    results: list[int] = []
-
-    def second_recall() -> None:
-        results.append(columns_of(index, "a").rows)
-
-    def open_reader() -> apsw.Connection:
-        reader = open_db(path)
-        opened.append(reader)
-
-        def on_row(cursor: Any, row: Any) -> Any:
-            reader.row_trace = None
-            other = threading.Thread(target=second_recall)
-            other.start()
-            other.join(timeout=0.3)  # it waits for this load, so it cannot finish yet
-            assert other.is_alive()
-            waiting.append(other)
-            return row
-
-        reader.row_trace = on_row
-        return reader
-
-    waiting: list[threading.Thread] = []
+    second = SecondRecall(lambda: index)
+    open_reader, opened = readers_calling(path, second.start)
     index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
-    results.append(columns_of(index, "a").rows)
-    waiting[0].join(timeout=10)
-    assert results == [20, 20] and len(opened) == 1
+    assert rows_of(index) == 20
+    assert second.finish() == [20] and len(opened) == 1
 
 
 def test_when_a_load_fails_a_recall_that_waited_for_it_loads_again(tmp_path: Path) -> None:
     path = tmp_path / "memory.db"
     filled_db(path, ("a",), 20).close()
     opened: list[int] = []
-    waiter_rows: list[int] = []
-    waiter = threading.Thread(target=lambda: waiter_rows.append(columns_of(index, "a").rows))
+    second = SecondRecall(lambda: index)
 
     def open_reader() -> apsw.Connection:
         opened.append(1)
         if len(opened) == 1:
-            waiter.start()
-            waiter.join(timeout=0.3)  # registered as waiting for this load
+            second.start()
             raise RuntimeError("disk on fire")
         return open_db(path)
 
     index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
     with pytest.raises(RuntimeError):
         index.agent("a")
-    waiter.join(timeout=10)
-    assert waiter_rows == [20] and len(opened) == 2
+    assert second.finish() == [20] and len(opened) == 2
 
 
 def test_a_recall_that_waited_for_an_overtaken_load_loads_afresh(tmp_path: Path) -> None:
@@ -193,36 +194,23 @@ def test_a_recall_that_waited_for_an_overtaken_load_loads_afresh(tmp_path: Path)
     one that only waited for it loads again and sees the file as it is now."""
     path = tmp_path / "memory.db"
     filled_db(path, ("a",), 20).close()
-    opened: list[int] = []
-    waiter_rows: list[int] = []
-    waiter = threading.Thread(target=lambda: waiter_rows.append(columns_of(index, "a").rows))
+    second = SecondRecall(lambda: index)
 
-    def open_reader() -> apsw.Connection:
-        reader = open_db(path)
-        opened.append(1)
+    def another_process_writes() -> None:
+        second.start()
+        other_process = open_db(path)
+        with other_process:
+            insert_memory(
+                other_process, agent_id="a", content="from elsewhere", role="user",
+                now=2, timestamp=2, importance=0.5,
+            )  # fmt: skip
+        other_process.close()
+        index.forget_all()  # what the writer does when data_version moves
 
-        def on_row(cursor: Any, row: Any) -> Any:
-            reader.row_trace = None
-            if len(opened) == 1:
-                waiter.start()
-                waiter.join(timeout=0.3)
-                other_process = open_db(path)
-                with other_process:
-                    insert_memory(
-                        other_process, agent_id="a", content="from elsewhere", role="user",
-                        now=2, timestamp=2, importance=0.5,
-                    )  # fmt: skip
-                other_process.close()
-                index.forget_all()  # what the writer does when data_version moves
-            return row
-
-        reader.row_trace = on_row
-        return reader
-
+    open_reader, opened = readers_calling(path, another_process_writes)
     index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
-    assert columns_of(index, "a").rows == 20
-    waiter.join(timeout=10)
-    assert waiter_rows == [21] and len(opened) == 2
+    assert rows_of(index) == 20
+    assert second.finish() == [21] and len(opened) == 2
 
 
 async def test_recalls_of_other_agents_go_on_while_one_agent_loads(
