@@ -79,16 +79,31 @@ class AgentIndex:
         numpy append per token occurrence was most of a first recall's time."""
         gathered: PostingLists = {}
         for row in rows:
-            self.upsert(row, gathered)
+            at = self._place(row)
+            if at is None:
+                continue
+            for token in set(tokens(row[8])):
+                found = gathered.get(token)
+                if found is None:
+                    gathered[token] = found = array("i")
+                found.append(at)
         self.postings.extend(gathered)
 
-    def upsert(self, row: Row, gathered: PostingLists | None = None) -> None:
+    def upsert(self, row: Row) -> None:
+        at = self._place(row)
+        if at is not None:
+            for token in set(tokens(row[8])):
+                self.postings.add(token, at)
+
+    def _place(self, row: Row) -> int | None:
+        """Set the row's columns; the slot of a new memory, whose postings the caller adds
+        (None: a memory already here, rescored)."""
         memory_id, role, session_id, timestamp, importance, confidence = row[:6]
         existing = self.row_of.get(memory_id)
         if existing is not None:
             self._set_scores(existing, timestamp, importance, confidence)
             self._set_vector(existing, row[6], row[7])
-            return
+            return None
         at = len(self.ids)
         if at == len(self.live):
             self._grow()
@@ -102,15 +117,7 @@ class AgentIndex:
             code = self.session_codes.setdefault(session_id, len(self.session_codes))
             self.session[at] = code
         self._set_vector(at, row[6], row[7])
-        if gathered is None:
-            for token in set(tokens(row[8])):
-                self.postings.add(token, at)
-            return
-        for token in set(tokens(row[8])):
-            found = gathered.get(token)
-            if found is None:
-                gathered[token] = found = array("i")
-            found.append(at)
+        return at
 
     def _set_vector(self, at: int, blob: bytes | None, model: str | None) -> None:
         if blob is None or model is None:
