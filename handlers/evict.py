@@ -1,69 +1,133 @@
-"""memory::evict: stale and low-confidence memories first, then each agent down to its cap."""
+"""memory::evict: stale and low-confidence memories first, then each agent down to its cap.
+
+Deciding reads every candidate; applying deletes them. The two are split so that the worker can
+decide on a reader and apply in small chunks on the writer, letting stores and recalls run
+between chunks. Each doomed memory carries the scores it was chosen by, and a chunk deletes it
+only if they are unchanged: a memory re-scored after the decision (by consolidation, say) is
+left alone rather than deleted on stale grounds.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Literal
+
 import apsw
+import msgspec
 from msgspec import UNSET
 
 from handlers.session_refs import remove_memories
 from schema.memory import EvictReply, EvictRequest
 
+Reason = Literal["stale", "low_confidence", "over_cap"]
 
-def evict(conn: apsw.Connection, req: EvictRequest, *, now: int) -> EvictReply:
+
+class Doomed(msgspec.Struct, frozen=True, array_like=True):
+    """One memory to evict, why, and the scores it was chosen by."""
+
+    reason: Reason
+    agent_id: str
+    memory_id: str
+    importance: float
+    confidence: float
+    timestamp: int
+
+
+class EvictionPlan(msgspec.Struct, frozen=True):
+    """The decision: everything apply needs, so a replay deletes exactly these memories."""
+
+    doomed: list[Doomed]
+
+    def counts(self) -> dict[Reason, int]:
+        return count_reasons(self.doomed)
+
+
+def count_reasons(doomed: Sequence[Doomed]) -> dict[Reason, int]:
+    counts: dict[Reason, int] = {"stale": 0, "low_confidence": 0, "over_cap": 0}
+    for memory in doomed:
+        counts[memory.reason] += 1
+    return counts
+
+
+_COLUMNS = "agent_id, id, importance, confidence, timestamp"
+
+
+def plan_eviction(conn: apsw.Connection, req: EvictRequest, *, now: int) -> EvictionPlan:
     scope, params = ("", ()) if req.agent_id is UNSET else (" AND agent_id = ?", (req.agent_id,))
     stale_rule = "(? - timestamp) > ? AND importance < ?"
-    stale = {
-        (row[0], row[1])
+    stale_params = (now, req.max_age, req.min_importance)
+    doomed = [
+        Doomed("stale", *row)
         for row in conn.execute(
-            f"SELECT id, agent_id FROM memories WHERE {stale_rule}{scope}",
-            (now, req.max_age, req.min_importance, *params),
+            f"SELECT {_COLUMNS} FROM memories WHERE {stale_rule}{scope}", (*stale_params, *params)
         )
-    }
-    low_confidence = {
-        (row[0], row[1])
+    ]
+    doomed += [
+        Doomed("low_confidence", *row)
         for row in conn.execute(
-            f"SELECT id, agent_id FROM memories WHERE confidence < ? AND NOT ({stale_rule}){scope}",
-            (req.min_confidence, now, req.max_age, req.min_importance, *params),
+            f"SELECT {_COLUMNS} FROM memories WHERE confidence < ? AND NOT ({stale_rule}){scope}",
+            (req.min_confidence, *stale_params, *params),
         )
-    }
-    doomed = stale | low_confidence
-    leaving: dict[str, int] = {}
-    for _, agent_id in doomed:
-        leaving[agent_id] = leaving.get(agent_id, 0) + 1
-    over_cap: set[tuple[str, str]] = set()
+    ]
+    leaving: dict[str, set[str]] = {}
+    for memory in doomed:
+        leaving.setdefault(memory.agent_id, set()).add(memory.memory_id)
     counts = conn.execute(
         f"SELECT agent_id, count(*) FROM memories WHERE 1{scope} GROUP BY agent_id", params
     ).fetchall()
     for agent_id, total in ((str(row[0]), int(str(row[1]))) for row in counts):
-        excess = total - leaving.get(agent_id, 0) - req.cap
+        gone = leaving.get(agent_id, set())
+        excess = total - len(gone) - req.cap
         if excess <= 0:
             continue
         for row in conn.execute(
-            "SELECT id FROM memories WHERE agent_id = ? "
+            f"SELECT {_COLUMNS} FROM memories WHERE agent_id = ? "
             "ORDER BY importance, confidence, timestamp, id",
             (agent_id,),
         ):
-            if (row[0], agent_id) in doomed:
+            if row[1] in gone:
                 continue
-            over_cap.add((row[0], agent_id))
+            doomed.append(Doomed("over_cap", *row))
             excess -= 1
             if excess == 0:
                 break
-    if not req.dry_run:
-        by_agent: dict[str, list[str]] = {}
-        for memory_id, agent_id in doomed | over_cap:
-            by_agent.setdefault(agent_id, []).append(memory_id)
-        for agent_id, memory_ids in by_agent.items():
-            remove_memories(conn, agent_id, memory_ids)
-            conn.executemany(
-                "DELETE FROM memories WHERE id = ? AND agent_id = ?",
-                [(memory_id, agent_id) for memory_id in memory_ids],
-            )
+    return EvictionPlan(doomed)
+
+
+def apply_eviction(conn: apsw.Connection, doomed: Sequence[Doomed]) -> dict[Reason, int]:
+    """Delete the memories of one chunk that still have the scores they were chosen by; the
+    counts by reason of those deleted."""
+    chosen = {(memory.agent_id, memory.memory_id): memory for memory in doomed}
+    deleted = [
+        chosen[(str(row[0]), str(row[1]))]
+        for row in conn.executemany(
+            "DELETE FROM memories WHERE id = ? AND agent_id = ? AND importance = ? "
+            "AND confidence = ? AND timestamp = ? RETURNING agent_id, id",
+            [(m.memory_id, m.agent_id, m.importance, m.confidence, m.timestamp) for m in doomed],
+        )
+    ]
+    by_agent: dict[str, list[str]] = {}
+    for memory in deleted:
+        by_agent.setdefault(memory.agent_id, []).append(memory.memory_id)
+    for agent_id, memory_ids in by_agent.items():
+        remove_memories(conn, agent_id, memory_ids)
+    return count_reasons(deleted)
+
+
+def evict_reply(counts: dict[Reason, int], *, dry_run: bool) -> EvictReply:
     return EvictReply(
-        evicted=len(stale) + len(low_confidence) + len(over_cap),
-        stale=len(stale),
-        low_confidence=len(low_confidence),
-        over_cap=len(over_cap),
-        dry_run=req.dry_run,
+        evicted=sum(counts.values()),
+        stale=counts["stale"],
+        low_confidence=counts["low_confidence"],
+        over_cap=counts["over_cap"],
+        dry_run=dry_run,
         duration_ms=0.0,
     )
+
+
+def evict(conn: apsw.Connection, req: EvictRequest, *, now: int) -> EvictReply:
+    """Decide and apply in one transaction (tests, and callers that want it all at once)."""
+    plan = plan_eviction(conn, req, now=now)
+    if req.dry_run:
+        return evict_reply(plan.counts(), dry_run=True)
+    return evict_reply(apply_eviction(conn, plan.doomed), dry_run=False)

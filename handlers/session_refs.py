@@ -89,9 +89,17 @@ def write_messages(
     )
 
 
+# Without INDEXED BY, SQLite plans this delete on the primary key's agent prefix (a WITHOUT
+# ROWID table's rows live in it) and scans every message of the agent for each memory removed.
+REMOVE_FROM_SESSIONS = (
+    "DELETE FROM session_messages INDEXED BY session_messages_by_memory "
+    "WHERE agent_id = ? AND memory_id = ?"
+)
+
+
 def remove_memories(conn: apsw.Connection, agent_id: str, memory_ids: Iterable[str]) -> None:
     """Take evicted memories out of every session of their agent."""
     conn.executemany(
-        "DELETE FROM session_messages WHERE agent_id = ? AND memory_id = ?",
+        REMOVE_FROM_SESSIONS,
         [(agent_id, memory_id) for memory_id in memory_ids],
     )

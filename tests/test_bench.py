@@ -38,7 +38,7 @@ def test_bench_prints_store_recall_echo_rss_and_locomo_figures(tmp_path: Path) -
     locomo.write_text(json.dumps(TINY_LOCOMO), encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-m", "worker", "bench", "--embedder", "none", "--memories", "200",
-         "--recalls", "20", "--echo", "50", "--json", "--locomo", str(locomo)],
+         "--recalls", "20", "--echo", "50", "--evict", "300", "--json", "--locomo", str(locomo)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -50,6 +50,10 @@ def test_bench_prints_store_recall_echo_rss_and_locomo_figures(tmp_path: Path) -
     assert results["store"]["per_second"] > 0
     assert results["recall"]["p50_vs_echo"] > 0
     assert results["rss_before_mb"] > 0 and results["rss_after_mb"] > 0
+    eviction = results["eviction"]
+    assert eviction["evicted"] == 300 and eviction["per_second"] > 0
+    assert eviction["stores_during"] >= 1
+    assert 0 < eviction["store_during"]["p50_ms"] <= eviction["store_during"]["max_ms"]
     quality = results["locomo"]
     assert quality["questions"] == 2
     assert quality["recall@5"] == 1.0 and quality["recall@10"] == 1.0
@@ -67,7 +71,7 @@ async def test_bench_measures_a_running_worker_given_by_nats_url_and_subject_pre
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "worker", "bench", "--nats-url", nats_url,
             "--subject-prefix", "prod.", "--embedder", "none", "--memories", "100",
-            "--recalls", "10", "--echo", "20", "--json",
+            "--recalls", "10", "--echo", "20", "--evict", "0", "--json",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, err = await asyncio.wait_for(process.communicate(), timeout=300)

@@ -24,6 +24,7 @@ import nats
 
 from worker.bench_client import BenchClient, percentiles
 from worker.bench_corpus import Corpus
+from worker.bench_evict import eviction_rows, measure_eviction
 from worker.bench_locomo import measure_locomo
 from worker.embedded import EmbeddedServer
 
@@ -100,6 +101,8 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
     for name in ("store", "recall", "recall_while_storing"):
         results[name]["p50_vs_echo"] = round(results[name]["p50_ms"] / floor["p50_ms"], 2)
     results["rss_after_mb"] = rss_mb(worker_pid)
+    if args.evict:
+        results["eviction"] = await measure_eviction(client, corpus, args.evict, args.concurrency)
     if args.locomo:
         results["locomo"] = await measure_locomo(
             client, Path(args.locomo), embedded=args.embedder != "none"
@@ -211,6 +214,7 @@ def table(results: dict[str, Any]) -> str:
             f"{results['recall_while_storing']['p99_ms']}",
         ),
         ("worker RSS before / after MB", f"{results['rss_before_mb']} / {results['rss_after_mb']}"),
+        *eviction_rows(results),
     ]
     if "locomo" in results:
         quality = results["locomo"]
@@ -235,6 +239,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--echo", type=int, default=1000, help="echo round trips timed")
     parser.add_argument("--embedder", choices=["builtin", "bus", "none"])
     parser.add_argument("--keyword", choices=["share", "idf", "stems"])
+    parser.add_argument(
+        "--evict", type=int, default=10_000, help="memories in sessions to evict (0: skip)"
+    )
     parser.add_argument("--locomo", help="a LoCoMo-format JSON file (../shared/bench/)")
     parser.add_argument("--nats-url", help="bench the worker serving on this server instead")
     parser.add_argument("--subject-prefix", default="")

@@ -13,18 +13,12 @@ import apsw
 
 from handlers import kg, session
 from handlers import recall as recall_handler
-from handlers.consolidate import consolidate as consolidate_handler
-from handlers.evict import evict as evict_handler
 from handlers.session_repair import repair
 from handlers.stats import database_counts
 from handlers.store import check_store
 from handlers.store import store as store_handler
 from schema.kg import KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest
 from schema.memory import (
-    ConsolidateReply,
-    ConsolidateRequest,
-    EvictReply,
-    EvictRequest,
     RecallReply,
     RecallRequest,
     StoreReply,
@@ -203,11 +197,3 @@ async def embed_missing(s: Services, agent_id: str) -> None:
     messages); the backfill takes any more. A no-op without an embedder."""
     if s.backfill is not None and not await s.backfill.fill_batch(agent_id):
         s.backfill.add(agent_id)
-
-
-async def evict(s: Services, req: EvictRequest) -> EvictReply:
-    return await s.writer.run(lambda conn: evict_handler(conn, req, now=s.clock()))
-
-
-async def consolidate(s: Services, req: ConsolidateRequest) -> ConsolidateReply:
-    return await s.writer.run(lambda conn: consolidate_handler(conn, req, now=s.clock()))
