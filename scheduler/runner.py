@@ -58,8 +58,8 @@ class Scheduler:
         self._clock = clock
         self._sleep = sleep
         self.records = records if records is not None else {}
-        for job in jobs:
-            self.records.setdefault(job.name, JobRecord(cron=job.expression))
+        for job in jobs:  # a run fired by hand before the scheduler existed may have made one
+            self.records.setdefault(job.name, JobRecord(cron=job.expression)).cron = job.expression
 
     async def prepare(self) -> None:
         now = self._clock()

@@ -1,0 +1,39 @@
+"""What an operator reads in the logs: maintenance counts, why a request was refused, why
+compaction fell back, and a shutdown without false alarms."""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Any
+
+from tests.support import Client
+from worker.app import App
+
+Logs = list[MutableMapping[str, Any]]
+
+
+def events(logs: Logs, name: str) -> Logs:
+    return [entry for entry in logs if entry["event"] == name]
+
+
+async def test_maintenance_logs_its_counts_at_info_whoever_fires_it(
+    client: Client, worker: App, captured_logs: Logs
+) -> None:
+    """Evict and consolidate log `maintenance.done` with the reply's counts and the source,
+    fired by the schedule or over the bus alike."""
+    await client.store("a", "old and unimportant", importance=0.1, timestamp=1_000)
+    await client.store("a", "idle for long", importance=0.9, timestamp=2_000)
+    await worker._fire("memory::evict", b"{}")
+    await client.ok("memory::consolidate", {"decayRate": 0.5})
+    await client.ok("memory::evict", {"dryRun": True, "cap": 0})
+    [scheduled, consolidated, dry] = events(captured_logs, "maintenance.done")
+    assert scheduled["log_level"] == "info"
+    assert {k: scheduled[k] for k in ("trigger", "job", "source", "dry_run")} == {
+        "trigger": "memory::evict", "job": "evict", "source": "schedule", "dry_run": False,
+    }  # fmt: skip
+    assert (scheduled["evicted"], scheduled["stale"]) == (1, 1)
+    assert (scheduled["low_confidence"], scheduled["over_cap"]) == (0, 0)
+    assert scheduled["duration_ms"] > 0
+    assert consolidated["trigger"] == "memory::consolidate" and consolidated["source"] == "bus"
+    assert (consolidated["memories_decayed"], consolidated["memories_merged"]) == (1, 0)
+    assert dry["dry_run"] is True and dry["over_cap"] == 1 and dry["evicted"] == 1
