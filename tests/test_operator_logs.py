@@ -37,3 +37,20 @@ async def test_maintenance_logs_its_counts_at_info_whoever_fires_it(
     assert consolidated["trigger"] == "memory::consolidate" and consolidated["source"] == "bus"
     assert (consolidated["memories_decayed"], consolidated["memories_merged"]) == (1, 0)
     assert dry["dry_run"] is True and dry["over_cap"] == 1 and dry["evicted"] == 1
+
+
+async def test_a_refused_request_is_logged_with_its_code_and_field_never_its_value(
+    client: Client, captured_logs: Logs
+) -> None:
+    """`trigger.handled` of a refusal carries the error code and the JSON path of the field,
+    while the value (which the reply's message may quote) appears nowhere in the log."""
+    refused = await client.call("memory::store", {"agentId": "a", "content": "x", "role": "s3cr3t"})
+    assert refused.code == "400" and "s3cr3t" in refused.body["error"]["message"]
+    missing = await client.call("memory::session::repair", {"agentId": "a", "sessionId": "n0pe"})
+    assert missing.code == "404"
+    await client.store("a", "fine")
+    [role, session, ok] = events(captured_logs, "trigger.handled")
+    assert (role["outcome"], role["field"]) == ("invalid_request", "$.role")
+    assert (session["outcome"], session["field"]) == ("not_found", "$.sessionId")
+    assert ok["outcome"] == "ok" and "field" not in ok
+    assert "s3cr3t" not in repr(captured_logs) and "n0pe" not in repr(captured_logs)

@@ -86,6 +86,7 @@ class Dispatcher:
             self.in_flight -= 1
         duration_ms = (time.perf_counter() - started) * 1000
         self._count(trigger, duration_ms, outcome.error)
+        refusal = {} if outcome.error is None else {"field": outcome.error.field}
         log.info(
             "trigger.handled",
             trigger=trigger,
@@ -93,6 +94,7 @@ class Dispatcher:
             agent=agent,
             duration_ms=round(duration_ms, 3),
             outcome="ok" if outcome.error is None else outcome.error.code,
+            **refusal,
         )
         route = self.routes.get(trigger)
         if done is not None and route is not None and route.report is not None:
