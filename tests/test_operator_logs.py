@@ -3,9 +3,16 @@ compaction fell back, and a shutdown without false alarms."""
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+import asyncio
+from collections.abc import AsyncIterator, MutableMapping
+from pathlib import Path
 from typing import Any
 
+import msgspec
+import nats
+import pytest
+
+from tests.conftest import worker_config
 from tests.support import Client
 from worker.app import App
 
@@ -54,3 +61,54 @@ async def test_a_refused_request_is_logged_with_its_code_and_field_never_its_val
     assert (session["outcome"], session["field"]) == ("not_found", "$.sessionId")
     assert ok["outcome"] == "ok" and "field" not in ok
     assert "s3cr3t" not in repr(captured_logs) and "n0pe" not in repr(captured_logs)
+
+
+@pytest.fixture
+async def compacting(nats_url: str, tmp_path: Path) -> AsyncIterator[Client]:
+    app = App(worker_config(nats_url, tmp_path / "memory.db", llm_timeout=0.5))
+    await app.start()
+    nc = await nats.connect(nats_url)
+    yield Client(nc)
+    await nc.close()
+    await app.stop()
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (None, "no_responder"),
+        ("slow", "timeout"),
+        ("error", "error_reply"),
+        ("not json", "bad_reply"),
+        ("blank", "empty_answer"),
+    ],
+)
+async def test_compaction_logs_why_it_fell_back_from_the_llm(
+    nats_url: str, compacting: Client, captured_logs: Logs, answer: str | None, reason: str
+) -> None:
+    """A fallback summary logs `llm.fallback` at warning with a reason that tells a missing
+    service from a slow one, an error reply, a reply that is not the contract's, an empty one."""
+    llm = await nats.connect(nats_url)
+
+    async def respond(msg: Any) -> None:
+        if answer == "slow":
+            await asyncio.sleep(1.5)
+        elif answer == "error":
+            await llm.publish(msg.reply, b"{}", headers={"Nats-Service-Error-Code": "500"})
+        elif answer == "not json":
+            await msg.respond(b"<html>")
+        else:
+            await msg.respond(msgspec.json.encode({"content": " \n "}))
+
+    if answer is not None:
+        await llm.subscribe("llm.complete", cb=respond)
+        await llm.flush()
+    try:
+        for index in range(30):
+            await compacting.store("a", f"message {index}", sessionId="s", timestamp=index)
+        reply = await compacting.ok("memory::session::compact", {"agentId": "a", "sessionId": "s"})
+    finally:
+        await llm.close()
+    assert reply["summarizer"] == "fallback"
+    [fallback] = events(captured_logs, "llm.fallback")
+    assert fallback["log_level"] == "warning" and fallback["reason"] == reason
