@@ -4,6 +4,11 @@ compaction fell back, and a shutdown without false alarms."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -14,6 +19,7 @@ import pytest
 
 from tests.conftest import worker_config
 from tests.support import Client
+from tests.test_cli import free_port
 from worker.app import App
 
 Logs = list[MutableMapping[str, Any]]
@@ -112,3 +118,40 @@ async def test_compaction_logs_why_it_fell_back_from_the_llm(
     assert reply["summarizer"] == "fallback"
     [fallback] = events(captured_logs, "llm.fallback")
     assert fallback["log_level"] == "warning" and fallback["reason"] == reason
+
+
+async def test_a_clean_shutdown_logs_no_warning(tmp_path: Path) -> None:
+    """SIGTERM to a healthy worker (embedded server, requests in flight) logs nothing at warning
+    or above: `nats.disconnected` is for connections lost, not for our own close."""
+    env = {
+        **os.environ,
+        "MEMORY_WORKER_EMBEDDED_PORT": str(free_port()),
+        "MEMORY_WORKER_EMBEDDER": "none",
+        "MEMORY_WORKER_LOG_FORMAT": "json",
+    }
+    env.pop("MEMORY_WORKER_NATS_URL", None)
+    command = [sys.executable, "-m", "worker", "run", "--db", str(tmp_path / "memory.db")]
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    try:
+        lines: list[str] = []
+        while not any('"worker.started"' in line for line in lines):
+            line = await asyncio.wait_for(asyncio.to_thread(process.stderr.readline), 30)
+            assert line, "".join(lines)
+            lines.append(line)
+        nc = await nats.connect(json.loads(lines[-1])["nats"])
+        stores = [Client(nc).store("a", f"note {index}") for index in range(50)]
+        pending = asyncio.gather(*stores)
+        await asyncio.sleep(0.02)
+        process.send_signal(signal.SIGTERM)
+        await pending
+        rest = await asyncio.to_thread(process.communicate, timeout=20)
+        await nc.close()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0
+    logged = [json.loads(line) for line in [*lines, *rest[1].splitlines()]]
+    assert logged[-1]["event"] == "worker.stopped"
+    loud = [entry for entry in logged if entry["level"] not in ("debug", "info")]
+    assert loud == []
