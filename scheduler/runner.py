@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from functools import partial
 from zoneinfo import ZoneInfo
 
@@ -58,8 +59,8 @@ class Scheduler:
         self._clock = clock
         self._sleep = sleep
         self.records = records if records is not None else {}
-        for job in jobs:
-            self.records.setdefault(job.name, JobRecord(cron=job.expression))
+        for job in jobs:  # a run fired by hand before the scheduler existed may have made one
+            self.records.setdefault(job.name, JobRecord(cron=job.expression)).cron = job.expression
 
     async def prepare(self) -> None:
         now = self._clock()
@@ -75,7 +76,14 @@ class Scheduler:
             fire_ms = job.latest_fire(now, self._tz)
             won = await self._writer.run(partial(claim, job=job.name, fire_ms=fire_ms))
             if won:
-                log.info("schedule.fired", job=job.name, fire_time=fire_ms)
+                log.info(
+                    "schedule.fired",
+                    job=job.name,
+                    trigger=job.trigger,
+                    fire_time=self.iso(fire_ms),
+                    fire_time_ms=fire_ms,
+                    next_fire=self.iso(job.next_fire(now, self._tz)),
+                )
                 outcome = await self._fire(job.trigger, job.request)
                 error = getattr(outcome, "error", None)
                 record = self.records[job.name]
@@ -88,11 +96,30 @@ class Scheduler:
         now = self._clock()
         return {job.name: job.next_fire(now, self._tz) for job in self.jobs}
 
+    def iso(self, ms: int) -> str:
+        """ISO 8601 in the cron's time zone, with its offset: what an operator compares with
+        the cron expression (`0 3 * * *` in Europe/Berlin is `03:00:00+01:00`)."""
+        return datetime.fromtimestamp(ms / 1000, self._tz).isoformat()
+
+    def log_next_fires(self) -> None:
+        for job in self.jobs:
+            fire_ms = job.next_fire(self._clock(), self._tz)
+            log.info(
+                "schedule.next",
+                job=job.name,
+                trigger=job.trigger,
+                cron=job.expression,
+                tz=self._tz.key,
+                next_fire=self.iso(fire_ms),
+                next_fire_ms=fire_ms,
+            )
+
     async def run(self) -> None:
         """Catch up on missed fire times, then sleep until each next one, until cancelled."""
         if not self.jobs:
             return
         await self.prepare()
+        self.log_next_fires()
         while True:
             try:
                 await self.tick()

@@ -7,16 +7,29 @@ table of its own.
 
 from __future__ import annotations
 
+import re
+
 import msgspec
+
+# msgspec and worker/locate.py name the offending field as "at `$.path`"; the last one wins.
+FIELD_PATH = re.compile(r"at `(\$[^`]{0,200})`")
 
 
 class WorkerError(Exception):
     status = "500"
     code = "internal"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.message = one_line(message)
+        self.field = field if field is not None else field_of(message)
+
+
+def field_of(message: str) -> str | None:
+    """The JSON path a message names (`$.agentId`), so a refusal can be logged by where it went
+    wrong without the message, which may quote the request's values."""
+    paths = FIELD_PATH.findall(message)
+    return one_line(paths[-1]) if paths else None
 
 
 MAX_MESSAGE_CHARS = 480

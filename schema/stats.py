@@ -15,11 +15,21 @@ class TriggerFigures(Reply, frozen=True):
     mean_ms: float
 
 
+class RunFigures(Reply, frozen=True):
+    """A maintenance job's last successful run, by the schedule or by hand."""
+
+    at: int
+    source: str  # `schedule`, `bus` (memory-worker fire, another service) or `ingest`
+    counts: dict[str, int]  # the reply's counts under its own keys (`evicted`, `memoriesDecayed`)
+    dry_run: bool
+
+
 class JobFigures(Reply, frozen=True):
-    cron: str
+    cron: str  # "" when the schedule does not run it
     next_fire: int
     last_fire: int | None
     last_outcome: str | None
+    last_run: RunFigures | None = None
 
 
 class StatsReply(Reply, frozen=True):

@@ -150,3 +150,47 @@ async def test_scheduled_jobs_go_through_dispatch_and_are_logged(
     assert handled["outcome"] == "ok"
     assert worker.dispatcher is not None
     assert worker.dispatcher.stats["memory::evict"].requests == 1
+
+
+async def test_start_logs_each_jobs_next_fire_time_in_iso_with_its_offset(
+    writer: Writer, captured_logs: list[MutableMapping[str, Any]]
+) -> None:
+    """At start, `schedule.next` gives each job's next fire time as ISO 8601 in the cron's time
+    zone, with the offset, beside the milliseconds."""
+    clock = Clock("2026-11-22T05:59:00")
+
+    async def stop_sleeping(seconds: float) -> None:
+        raise RuntimeError("enough")
+
+    async def fire(trigger: str, request: bytes) -> object:
+        return None
+
+    jobs = default_jobs("0 */6 * * *", "0 3 * * *")
+    berlin = ZoneInfo("Europe/Berlin")
+    scheduler = Scheduler(
+        jobs, tz=berlin, writer=writer, fire=fire, clock=clock, sleep=stop_sleeping
+    )
+    with pytest.raises(RuntimeError, match="enough"):
+        await scheduler.run()
+    nexts = {e["job"]: e for e in captured_logs if e["event"] == "schedule.next"}
+    assert nexts["consolidate"]["next_fire"] == "2026-11-22T12:00:00+01:00"
+    assert nexts["evict"]["next_fire"] == "2026-11-23T03:00:00+01:00"
+    assert nexts["evict"]["next_fire_ms"] == ms("2026-11-23T02:00:00")
+    assert nexts["evict"]["cron"] == "0 3 * * *" and nexts["evict"]["tz"] == "Europe/Berlin"
+
+
+async def test_schedule_fired_carries_iso_times(
+    writer: Writer, captured_logs: list[MutableMapping[str, Any]]
+) -> None:
+    """`schedule.fired` gives the fire time and the job's next one in ISO 8601 with the offset,
+    and still the fire time in milliseconds."""
+    clock, fired = Clock("2026-11-22T04:00:00"), list[str]()
+    scheduler = scheduler_on(writer, clock, fired)
+    await scheduler.prepare()
+    clock.set("2026-11-22T06:00:05")
+    await scheduler.tick()
+    [entry] = [e for e in captured_logs if e["event"] == "schedule.fired"]
+    assert entry["job"] == "consolidate" and entry["trigger"] == "memory::consolidate"
+    assert entry["fire_time"] == "2026-11-22T06:00:00+00:00"
+    assert entry["fire_time_ms"] == ms("2026-11-22T06:00:00")
+    assert entry["next_fire"] == "2026-11-22T12:00:00+00:00"

@@ -24,6 +24,7 @@ class StubLlm:
     def __init__(self) -> None:
         self.mode = "ok"
         self.requests: list[dict[str, Any]] = []
+        self.nc: Any = None  # Msg.respond takes no headers: an error reply is published
 
     async def handle(self, msg: Any) -> None:
         request = msgspec.json.decode(msg.data)
@@ -34,7 +35,8 @@ class StubLlm:
         elif self.mode == "empty":
             await msg.respond(msgspec.json.encode({"content": "  "}))
         elif self.mode == "fail":
-            await msg.respond(
+            await self.nc.publish(
+                msg.reply,
                 b'{"error": "boom"}',
                 headers={"Nats-Service-Error-Code": "500", "Nats-Service-Error": "boom"},
             )
@@ -53,7 +55,7 @@ async def session_worker(nats_url: str, tmp_path: Path) -> AsyncIterator[App]:
 @pytest.fixture
 async def llm(nats_url: str) -> AsyncIterator[StubLlm]:
     stub = StubLlm()
-    nc = await nats.connect(nats_url)
+    nc = stub.nc = await nats.connect(nats_url)
     await nc.subscribe("llm.complete", cb=stub.handle)
     await nc.flush()
     yield stub

@@ -83,3 +83,35 @@ async def test_metrics_endpoint_counts_requests_and_contents(nats_url: str, tmp_
     assert 'memory_worker_request_duration_seconds_count{trigger="memory::store"} 3' in response
     assert "memory_worker_memories 3" in response
     assert "memory_worker_agents 1" in response
+
+
+async def test_stats_show_each_maintenance_jobs_last_run_with_source_and_counts(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """memory::stats gives each maintenance job's last run (when, source, the reply's counts),
+    also for a job the schedule does not run, and `memory-worker stats` prints it."""
+    config = worker_config(nats_url, tmp_path / "memory.db", evict_cron="0 3 * * *")
+    app = App(config)
+    await app.start()
+    nc = await nats.connect(nats_url)
+    try:
+        client = Client(nc)
+        before = (await client.ok("memory::stats"))["schedule"]
+        assert before["evict"]["lastRun"] is None and "consolidate" not in before
+        await client.store("a", "old", importance=0.1, timestamp=1_000)
+        await app._fire("memory::evict", b"{}")
+        await client.ok("memory::consolidate", {"decayRate": 0.5})
+        schedule = (await client.ok("memory::stats"))["schedule"]
+        command = [sys.executable, "-m", "worker", "stats", "--nats-url", nats_url]
+        table = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
+    finally:
+        await nc.close()
+        await app.stop()
+    evict, consolidate = schedule["evict"], schedule["consolidate"]
+    assert evict["cron"] == "0 3 * * *" and evict["lastRun"]["source"] == "schedule"
+    counts = {"evicted": 1, "stale": 1, "lowConfidence": 0, "overCap": 0}
+    assert evict["lastRun"]["counts"] == counts
+    assert evict["lastRun"]["dryRun"] is False and evict["lastRun"]["at"] > 0
+    assert consolidate["cron"] == "" and consolidate["lastRun"]["source"] == "bus"
+    assert consolidate["lastRun"]["counts"] == {"memoriesDecayed": 0, "memoriesMerged": 0}
+    assert "evicted=1 stale=1" in table.stdout and "memoriesDecayed=0" in table.stdout

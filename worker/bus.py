@@ -113,6 +113,7 @@ async def connect(
             raise ConnectionFailed(describe_failure(url, config, error)) from error
 
     connected = False
+    client: list[Any] = []  # the connection, once made, for the callbacks to look at
     first_failure: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
 
     async def on_error(error: Exception) -> None:
@@ -124,12 +125,17 @@ async def connect(
         log.warning("nats.error", url=url, error=str(error) or type(error).__name__)
 
     async def on_disconnected() -> None:
+        # nats-py calls this on closing too, after marking the client closed: that is our own
+        # drain at shutdown, or a close for good that on_closed reports; neither is a warning.
+        if client and client[0].is_closed:
+            return
         log.warning("nats.disconnected")
 
     async def on_reconnected() -> None:
         log.info("nats.reconnected")
 
     async def on_closed_cb() -> None:
+        log.info("nats.closed")
         if connected and on_closed is not None:
             on_closed()
 
@@ -158,7 +164,8 @@ async def connect(
         raise ConnectionFailed(describe_failure(url, config, failure)) from failure
     first_failure.cancel()
     connected = True
-    return connecting.result()
+    client.append(connecting.result())
+    return client[0]
 
 
 class MemoryService:

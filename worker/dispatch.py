@@ -60,7 +60,7 @@ class Dispatcher:
 
     async def handle(self, trigger: str, data: bytes, *, source: str = "bus") -> Outcome:
         started = time.perf_counter()
-        agent = None
+        agent = done = None
         self.in_flight += 1
         try:
             if self.in_flight > self.services.config.max_in_flight:
@@ -75,6 +75,7 @@ class Dispatcher:
                 elapsed = round((time.perf_counter() - started) * 1000, 3)
                 reply = msgspec.structs.replace(reply, duration_ms=elapsed)
             outcome = Outcome(self._encoder.encode(reply), None)
+            done = reply
         except WorkerError as error:
             outcome = Outcome(self._encoder.encode(error_reply(error)), error)
         except Exception as error:
@@ -85,6 +86,7 @@ class Dispatcher:
             self.in_flight -= 1
         duration_ms = (time.perf_counter() - started) * 1000
         self._count(trigger, duration_ms, outcome.error)
+        refusal = {} if outcome.error is None else {"field": outcome.error.field}
         log.info(
             "trigger.handled",
             trigger=trigger,
@@ -92,7 +94,11 @@ class Dispatcher:
             agent=agent,
             duration_ms=round(duration_ms, 3),
             outcome="ok" if outcome.error is None else outcome.error.code,
+            **refusal,
         )
+        route = self.routes.get(trigger)
+        if done is not None and route is not None and route.report is not None:
+            route.report(self.services, trigger, source, done)
         return outcome
 
     def _count(self, trigger: str, duration_ms: float, error: WorkerError | None) -> None:

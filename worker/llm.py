@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 import msgspec
+import nats.errors
 import structlog
 
 from worker.config import Config
@@ -44,28 +45,54 @@ class LlmReply(msgspec.Struct, frozen=True):
     content: str
 
 
+class Fallback(Exception):
+    """Why the LLM's summary cannot be used; `reason` is a stable word for the log."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 async def _complete(nc: Any, config: Config, chunk: str) -> str:
     request = LlmRequest(
         model=LlmModel(config.llm_provider, config.llm_model, config.llm_max_tokens),
         system_prompt=SYSTEM_PROMPT,
         messages=[LlmMessage("user", chunk)],
     )
-    msg = await nc.request(SUBJECT, msgspec.json.encode(request), timeout=config.llm_timeout)
+    try:
+        msg = await nc.request(SUBJECT, msgspec.json.encode(request), timeout=config.llm_timeout)
+    except nats.errors.NoRespondersError:
+        raise Fallback("no_responder") from None
+    except TimeoutError:  # nats.errors.TimeoutError is one
+        raise Fallback("timeout") from None
     if msg.headers and msg.headers.get("Nats-Service-Error-Code"):
-        raise RuntimeError(msg.headers.get("Nats-Service-Error", "error reply"))
-    content = msgspec.json.decode(msg.data, type=LlmReply).content.strip()
+        raise Fallback("error_reply")
+    try:
+        content = msgspec.json.decode(msg.data, type=LlmReply).content.strip()
+    except msgspec.DecodeError:  # not JSON, or not {"content": str}
+        raise Fallback("bad_reply") from None
     if not content:
-        raise ValueError("empty summary")
+        raise Fallback("empty_answer")
     return content
 
 
 async def summarise(nc: Any, config: Config, chunks: list[str]) -> str | None:
-    """The chunks' summaries joined by a blank line, or None when the LLM cannot give them."""
+    """The chunks' summaries joined by a blank line, or None when the LLM cannot give them;
+    then `llm.fallback` says why, so an operator can tell a missing service from a slow one."""
     if not chunks:
         return None
     try:
         answers = await asyncio.gather(*(_complete(nc, config, chunk) for chunk in chunks))
-    except Exception as error:
-        log.warning("compaction.llm_unavailable", error=type(error).__name__)
+    except Fallback as fallback:
+        log.warning("llm.fallback", reason=fallback.reason, subject=SUBJECT, chunks=len(chunks))
+        return None
+    except Exception as error:  # a closed connection, or anything unforeseen
+        log.warning(
+            "llm.fallback",
+            reason="failed",
+            error=type(error).__name__,
+            subject=SUBJECT,
+            chunks=len(chunks),
+        )
         return None
     return "\n\n".join(answers)

@@ -7,18 +7,28 @@ committed, so a store or recall that arrives meanwhile waits for at most one chu
 Neither is all-or-nothing (the contract does not ask it): a crash part-way leaves the chunks
 already committed applied. Evicting again finishes the job (what remains still matches); the
 rest of an interrupted decay waits for the next consolidation.
+
+Whoever fired them (the schedule, `memory-worker fire`, another service), operators are told
+what they did: dispatch calls `report` after a success, which logs `maintenance.done` with the
+reply's counts and keeps the job's last run for memory::stats.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import msgspec
+import structlog
 
 from handlers.consolidate import apply_decay, plan_decay
 from handlers.evict import Reason, apply_eviction, evict_reply, plan_eviction
 from schema.memory import ConsolidateReply, ConsolidateRequest, EvictReply, EvictRequest
-from worker.services import Services
+from schema.stats import RunFigures
+from worker.services import JobRecord, MaintenanceRun, Services
+
+log = structlog.get_logger()
 
 # Memories per writer transaction: about 20 ms of deletes with their session references.
 CHUNK = 500
@@ -49,3 +59,50 @@ async def consolidate(s: Services, req: ConsolidateRequest) -> ConsolidateReply:
     for lo, hi in plan.ranges:
         decayed += await s.writer.run(partial(apply_decay, plan=plan, lo=lo, hi=hi))
     return ConsolidateReply(memories_decayed=decayed, memories_merged=0, duration_ms=0.0)
+
+
+def counts(reply: msgspec.Struct) -> dict[str, int]:
+    """The reply's integer fields (evicted, stale, ..., memories_decayed), by their Python
+    names: the same words as the reply's keys, so a log line and a reply read alike."""
+    return {
+        name: value
+        for name, value in msgspec.structs.asdict(reply).items()
+        if isinstance(value, int) and not isinstance(value, bool)
+    }
+
+
+def job_name(trigger: str) -> str:
+    """The scheduler's name for a maintenance trigger (scheduler/jobs.py): its last part."""
+    return trigger.rsplit("::", 1)[-1]
+
+
+def report(s: Services, trigger: str, source: str, reply: Any) -> None:
+    figures = counts(reply)
+    dry_run = bool(getattr(reply, "dry_run", False))
+    job = job_name(trigger)
+    log.info(
+        "maintenance.done",
+        trigger=trigger,
+        job=job,
+        source=source,
+        dry_run=dry_run,
+        duration_ms=getattr(reply, "duration_ms", None),
+        **figures,
+    )
+    record = s.jobs.setdefault(job, JobRecord(cron=""))  # fired by hand, not on the schedule
+    record.last_run = MaintenanceRun(at=s.clock(), source=source, counts=figures, dry_run=dry_run)
+
+
+def run_figures(run: MaintenanceRun) -> RunFigures:
+    """The counts under the reply's own camelCase keys, as the wire spells them."""
+    return RunFigures(
+        at=run.at,
+        source=run.source,
+        counts={_camel(name): value for name, value in run.counts.items()},
+        dry_run=run.dry_run,
+    )
+
+
+def _camel(name: str) -> str:
+    head, *tail = name.split("_")
+    return head + "".join(part.title() for part in tail)

@@ -20,6 +20,8 @@ class Route:
     trigger: str
     request_type: type[Request]
     execute: Callable[[Services, Any], Awaitable[Any]]
+    # After a success, what operators are told beyond `trigger.handled` (maintenance counts).
+    report: Callable[[Services, str, str, Any], None] | None = None
 
     @property
     def endpoint(self) -> str:
@@ -33,8 +35,8 @@ class Route:
 ROUTES: tuple[Route, ...] = (
     Route("memory::store", StoreRequest, routes.store),
     Route("memory::recall", RecallRequest, routes.recall),
-    Route("memory::evict", EvictRequest, maintenance.evict),
-    Route("memory::consolidate", ConsolidateRequest, maintenance.consolidate),
+    Route("memory::evict", EvictRequest, maintenance.evict, maintenance.report),
+    Route("memory::consolidate", ConsolidateRequest, maintenance.consolidate, maintenance.report),
     Route("memory::kg::add", KgAddRequest, routes.kg_add),
     Route("memory::kg::query", KgQueryRequest, routes.kg_query),
     Route("memory::session::list", SessionListRequest, routes.session_list),

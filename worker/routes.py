@@ -36,6 +36,7 @@ from schema.stats import JobFigures, StatsReply, StatsRequest, TriggerFigures
 from worker.backfill import DEFER_AT
 from worker.embedders import Vector
 from worker.llm import summarise
+from worker.maintenance import run_figures
 from worker.services import Services
 
 
@@ -148,6 +149,7 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
                 next_fire=next_fires.get(name, 0),
                 last_fire=record.last_fire,
                 last_outcome=record.last_outcome,
+                last_run=None if record.last_run is None else run_figures(record.last_run),
             )
             for name, record in s.jobs.items()
         },

@@ -45,11 +45,25 @@ class TriggerStats:
                 break
 
 
+@dataclass(frozen=True)
+class MaintenanceRun:
+    """A maintenance trigger's last success, whoever fired it (worker/maintenance.py)."""
+
+    at: int
+    source: str
+    counts: dict[str, int]
+    dry_run: bool = False
+
+
 @dataclass
 class JobRecord:
+    """One maintenance job: its cron ("" when disabled), the last fire time the schedule claimed
+    with its outcome, and the last successful run by any source."""
+
     cron: str
     last_fire: int | None = None
     last_outcome: str | None = None
+    last_run: MaintenanceRun | None = None
 
 
 @dataclass

@@ -46,5 +46,16 @@ def render(stats: dict[str, Any]) -> str:
     for name, job in sorted(stats["schedule"].items()):
         last = _when(job["lastFire"])
         outcome = f" ({job['lastOutcome']})" if job["lastOutcome"] else ""
-        lines.append(f"{name:<13} {job['cron']:<15} {_when(job['nextFire']):<24} {last}{outcome}")
+        cron = job["cron"] or "(off)"
+        lines.append(f"{name:<13} {cron:<15} {_when(job['nextFire']):<24} {last}{outcome}")
+    # .get: a worker of an earlier version has no lastRun
+    runs = [(name, job.get("lastRun")) for name, job in sorted(stats["schedule"].items())]
+    if any(run for _, run in runs):
+        lines.append("")
+        lines.append("job           last run                 source     counts")
+        for name, run in runs:
+            if run:
+                figures = " ".join(f"{key}={value}" for key, value in run["counts"].items())
+                figures += " (dry run)" if run["dryRun"] else ""
+                lines.append(f"{name:<13} {_when(run['at']):<24} {run['source']:<10} {figures}")
     return "\n".join(lines)
