@@ -184,3 +184,38 @@ async def test_ids_may_hold_inner_spaces_emoji_joiners_and_any_script(client: Cl
     for agent in ("a b", "日本語", "👨\u200d👩\u200d👧", "e\u0301", "x" * 256, "ゝ:/@#"):
         stored = await client.store(agent, "hello", sessionId=agent)
         assert [m["id"] for m in await client.recall(agent, "hello")] == [stored["id"]]
+
+
+DUPLICATES = [
+    ("memory::store", b'{"agentId": "B", "agentId": "A", "content": "x"}', "`agentId` at `$`"),
+    ("memory::store", b'{"agentId" : "B" ,\n "agent\\u0049d":"A", "content": "x"}',
+     "`agentId` at `$`"),
+    ("memory::store", b'{"agentId": "a", "content": "x", "metadata": {"k": 1, "k": 2}}',
+     "`k` at `$.metadata`"),
+    ("memory::store", b'{"agentId": "a", "content": "x", "metadata": {"a": [{"k": 1, "k": 1}]}}',
+     "`k` at `$.metadata.a[0]`"),
+    ("memory::recall", b'{"agentId": "a", "query": "x", "query": "y"}', "`query` at `$`"),
+    ("memory::kg::add", b'{"agentId": "a", "entity": {"id": "e", "id": "f"}}',
+     "`id` at `$.entity`"),
+    ("memory::kg::add",
+     b'{"agentId": "a", "entity": {"id": "e", "properties": {"p": "\\"", "p": 2}}}',
+     "`p` at `$.entity.properties`"),
+    ("memory::kg::add",
+     b'{"agentId": "a", "entity": {"id": "e", "relations": [{"target": "f", "type": "t"}, '
+     b'{"target": "f", "target": "g", "type": "t"}]}}', "`target` at `$.entity.relations[1]`"),
+    ("memory::session::repair", b'{"agentId": "a", "sessionId": "s", "sessionId": "s"}',
+     "`sessionId` at `$`"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("trigger", "payload", "names"), DUPLICATES)
+async def test_a_key_given_twice_is_refused_at_any_depth(
+    client: Client, worker: App, trigger: str, payload: bytes, names: str
+) -> None:
+    """A key named twice in one object (even spelled with an escape, even with the same value)
+    is refused with 400 naming the key and the object, instead of the last one winning; nothing
+    is written."""
+    reply = await client.raw(trigger, payload)
+    assert reply.code == "400" and reply.body["error"]["code"] == "invalid_request", reply
+    assert f"duplicate key {names}" in reply.body["error"]["message"]
+    assert count_rows(worker) == 0

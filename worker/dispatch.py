@@ -15,6 +15,7 @@ import msgspec
 import structlog
 
 from schema.errors import Internal, InvalidRequest, Unavailable, WorkerError, error_reply
+from worker.json_keys import duplicate_key
 from worker.locate import refusal
 from worker.registry import Route
 from worker.services import Services, TriggerStats
@@ -43,11 +44,16 @@ class Dispatcher:
         services.in_flight = lambda: self.in_flight
 
     def decode(self, trigger: str, data: bytes) -> Any:
+        body = data if data.strip() else b"{}"
         try:
-            return self._decoders[trigger].decode(data if data.strip() else b"{}")
+            request = self._decoders[trigger].decode(body)
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
             # ValidationError is a DecodeError: every refusal is explained in one place.
             raise InvalidRequest(refusal(data, error)) from None
+        duplicate = duplicate_key(body)
+        if duplicate is not None:
+            raise InvalidRequest(f"invalid request: {duplicate}")
+        return request
 
     async def handle(self, trigger: str, data: bytes, *, source: str = "bus") -> Outcome:
         started = time.perf_counter()
