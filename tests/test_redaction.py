@@ -58,6 +58,8 @@ def test_the_password_or_token_of_a_url_is_masked_and_the_rest_kept(text: str, s
 def test_no_password_survives_redaction(user: str, secret: str, token: bool) -> None:
     """Whatever characters a password or token has (`@`, `:` and `,` included), the redacted
     text keeps none of it, and still names the host."""
+    if token:  # a URL's userinfo up to its first `:` is a user name, so a token has none
+        secret = secret.replace(":", "")
     marked = "PW" + secret  # the marker keeps the check from matching another part by chance
     url = f"nats://{marked}@db.example:4222" if token else f"nats://{user}:{marked}@db.example:4222"
     shown = redact(f"cannot connect to NATS at {url}: refused")
