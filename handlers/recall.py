@@ -18,6 +18,7 @@ import numpy.typing as npt
 from msgspec import UNSET
 
 from handlers.text import query_keywords, stem
+from schema.errors import PayloadTooLarge
 from schema.memory import RecalledMemory, RecallReply, RecallRequest
 
 WEEK_MS = 604_800_000.0
@@ -181,6 +182,18 @@ def rank(
     found = [(float(score[i]), int(timestamp[i]), columns.ids[int(candidates[i])]) for i in order]
     found.sort(key=lambda item: (-item[0], -item[1], item[2]))
     return [(memory_id, value) for value, _, memory_id in found[: req.limit]]
+
+
+def check_recall(req: RecallRequest, max_query_bytes: int) -> None:
+    """A bound on the query: its keywords and embedding cost time in proportion to its length,
+    and one huge query would hold up other agents' recalls."""
+    if len(req.query) * 4 <= max_query_bytes:  # no UTF-8 character takes more than 4 bytes
+        return
+    size = len(req.query.encode("utf-8", errors="surrogatepass"))
+    if size > max_query_bytes:
+        raise PayloadTooLarge(
+            f"query is {size} bytes, more than the limit of {max_query_bytes} (at `$.query`)"
+        )
 
 
 def record_access(conn: apsw.Connection, agent_id: str, memory_ids: list[str], *, now: int) -> None:

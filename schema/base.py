@@ -10,9 +10,27 @@ from typing import Annotated, Literal
 
 import msgspec
 
-AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
-SessionId = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
-EntityId = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+# An id (agent, session, entity, relation type) is a key that other systems compare, log and
+# show: no control characters (Unicode Cc), no line or paragraph separators, none of the
+# invisible zero-width and bidirectional marks that make two ids look alike or reorder text
+# (ZWJ and ZWNJ stay allowed: emoji and several scripts need them), and no whitespace at either
+# end (so never whitespace only). `\Z`, not `$`, which would let a trailing newline through.
+ID_PATTERN = (
+    r"\A(?!\s)[^\x00-\x1f\x7f-\x9f\u2028\u2029\u200b\u200e\u200f\u202a-\u202e\u2060"
+    r"\u2066-\u2069\ufeff]*(?<!\s)\Z"
+)
+ID_RULE = (
+    "an id: 1-256 characters, no control or invisible formatting characters, "
+    "no whitespace at either end"
+)
+# How msgspec words a refused id, and the words dispatch puts in their place.
+ID_REFUSAL = f"`str` matching regex {ID_PATTERN!r}"
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=256, pattern=ID_PATTERN)]
+AgentId = Id
+SessionId = Id
+EntityId = Id
+# What databases written before ids were checked may hold: export and import move it as is.
+StoredId = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 # Milliseconds since the epoch, up to the end of year 9999.
 Millis = Annotated[int, msgspec.Meta(ge=0, le=253_402_300_799_999)]

@@ -7,9 +7,10 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from schema.base import AgentId, EntityId, Reply, Request
+from schema.base import AgentId, EntityId, Id, Reply, Request
 
-RelationType = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+# Part of a relation's identity (A -type-> B), so held to the same rule as an id.
+RelationType = Id
 
 
 class Relation(Request, frozen=True):

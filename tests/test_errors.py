@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import apsw
+import msgspec
 import pytest
 
 from tests.support import Client
@@ -40,6 +43,12 @@ BAD_STORES = [
     (b'{"agentId": "a", "content": "x", "metadata": [1]}', "400", "$.metadata"),
     (b'{"agentId": "a", "content": "x", "sessionId": ""}', "400", "$.sessionId"),
     (b'{"agentId": "a", "content": "x", "surprise": 1}', "400", "surprise"),
+    (b'{"agentId": "\\ud800", "content": "x"}', "400",
+     "lone surrogate \\ud800 is not valid Unicode (at `$.agentId`)"),
+    (b'{"agentId": "a", "content": "x \\udc00 y"}', "400",
+     "lone surrogate \\udc00 is not valid Unicode (at `$.content`)"),
+    (b'{"agentId": "a", "content": "x", "metadata": {"k": "\\ud83d"}}', "400",
+     "lone surrogate \\ud83d is not valid Unicode (at `$.metadata`)"),
     (b'{"agentId": "a", "content": "x", "metadata": {"a": ' + b"[" * 5000 + b"]" * 5000 + b"}}",
      "400", "nested"),
 ]  # fmt: skip
@@ -128,3 +137,85 @@ async def test_the_worker_keeps_serving_after_refusals(client: Client) -> None:
     for payload, _, _ in BAD_STORES:
         await client.raw("memory::store", payload)
     assert (await client.store("a", "still here"))["stored"] is True
+
+
+ID_FIELDS = [
+    ("memory::store", {"agentId": "?", "content": "x"}, "$.agentId"),
+    ("memory::store", {"agentId": "a", "content": "x", "sessionId": "?"}, "$.sessionId"),
+    ("memory::recall", {"agentId": "?"}, "$.agentId"),
+    ("memory::evict", {"agentId": "?"}, "$.agentId"),
+    ("memory::kg::add", {"agentId": "a", "entity": {"id": "?"}}, "$.entity.id"),
+    ("memory::kg::add",
+     {"agentId": "a", "entity": {"id": "e", "relations": [{"target": "?", "type": "t"}]}},
+     "$.entity.relations[0].target"),
+    ("memory::kg::add",
+     {"agentId": "a", "entity": {"id": "e", "relations": [{"target": "f", "type": "?"}]}},
+     "$.entity.relations[0].type"),
+    ("memory::kg::query", {"agentId": "a", "entityId": "?"}, "$.entityId"),
+    ("memory::session::repair", {"agentId": "a", "sessionId": "?"}, "$.sessionId"),
+]  # fmt: skip
+BAD_IDS = ["a\u0000b", "\u0000", "a\nb", "a\x7f", " a", "a ", "a\n", "   ", "\t", "\u3000",
+           "\u200ba", "a\u202eb", "\ufeffa", "a\u2028b"]  # fmt: skip
+
+
+def with_id(payload: dict[str, Any], value: str) -> dict[str, Any]:
+    """The payload with its one "?" placeholder, however deep, replaced by value."""
+    decoded: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(payload).replace(
+        b'"?"', msgspec.json.encode(value)))  # fmt: skip
+    return decoded
+
+
+@pytest.mark.parametrize(("trigger", "payload", "field"), ID_FIELDS)
+async def test_ids_with_control_characters_or_surrounding_whitespace_are_refused(
+    client: Client, worker: App, trigger: str, payload: dict[str, Any], field: str
+) -> None:
+    """Agent, session and entity ids and relation types refuse NUL and other control
+    characters, line separators, invisible bidi and zero-width marks, and whitespace at either
+    end (whitespace-only too): 400 naming the field and the rule; nothing is written."""
+    for value in BAD_IDS:
+        reply = await client.call(trigger, with_id(payload, value))
+        assert reply.code == "400", (value, reply)
+        message = reply.body["error"]["message"]
+        assert field in message and "no control or invisible formatting" in message, message
+        assert count_rows(worker) == 0, value
+
+
+async def test_ids_may_hold_inner_spaces_emoji_joiners_and_any_script(client: Client) -> None:
+    for agent in ("a b", "日本語", "👨\u200d👩\u200d👧", "e\u0301", "x" * 256, "ゝ:/@#"):
+        stored = await client.store(agent, "hello", sessionId=agent)
+        assert [m["id"] for m in await client.recall(agent, "hello")] == [stored["id"]]
+
+
+DUPLICATES = [
+    ("memory::store", b'{"agentId": "B", "agentId": "A", "content": "x"}', "`agentId` at `$`"),
+    ("memory::store", b'{"agentId" : "B" ,\n "agent\\u0049d":"A", "content": "x"}',
+     "`agentId` at `$`"),
+    ("memory::store", b'{"agentId": "a", "content": "x", "metadata": {"k": 1, "k": 2}}',
+     "`k` at `$.metadata`"),
+    ("memory::store", b'{"agentId": "a", "content": "x", "metadata": {"a": [{"k": 1, "k": 1}]}}',
+     "`k` at `$.metadata.a[0]`"),
+    ("memory::recall", b'{"agentId": "a", "query": "x", "query": "y"}', "`query` at `$`"),
+    ("memory::kg::add", b'{"agentId": "a", "entity": {"id": "e", "id": "f"}}',
+     "`id` at `$.entity`"),
+    ("memory::kg::add",
+     b'{"agentId": "a", "entity": {"id": "e", "properties": {"p": "\\"", "p": 2}}}',
+     "`p` at `$.entity.properties`"),
+    ("memory::kg::add",
+     b'{"agentId": "a", "entity": {"id": "e", "relations": [{"target": "f", "type": "t"}, '
+     b'{"target": "f", "target": "g", "type": "t"}]}}', "`target` at `$.entity.relations[1]`"),
+    ("memory::session::repair", b'{"agentId": "a", "sessionId": "s", "sessionId": "s"}',
+     "`sessionId` at `$`"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("trigger", "payload", "names"), DUPLICATES)
+async def test_a_key_given_twice_is_refused_at_any_depth(
+    client: Client, worker: App, trigger: str, payload: bytes, names: str
+) -> None:
+    """A key named twice in one object (even spelled with an escape, even with the same value)
+    is refused with 400 naming the key and the object, instead of the last one winning; nothing
+    is written."""
+    reply = await client.raw(trigger, payload)
+    assert reply.code == "400" and reply.body["error"]["code"] == "invalid_request", reply
+    assert f"duplicate key {names}" in reply.body["error"]["message"]
+    assert count_rows(worker) == 0

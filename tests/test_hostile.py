@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import re
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from handlers.store import MAX_METADATA_BYTES, check_store
+from schema.base import ID_PATTERN
 from schema.errors import WorkerError, one_line
 from schema.memory import StoreRequest
 from tests.conftest import worker_config
@@ -254,6 +256,9 @@ BAD_TOKENS = [
 INVALID_UTF8 = [b"\xff", b"\xfe", b"\x80", b"\xc0\xaf", b"\xed\xa0\x80", b"\xe2\x82", b"\xf8\x88"]
 CONTROL_BYTES = [bytes([c]) for c in (*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20))]
 BLANKS = [" ", "\t", "\n", "\r", "\u00a0", "\u3000", "\u2003"]
+# Values every id (agentId, sessionId, entity ids, relation types) refuses.
+BAD_IDS = [" ", "\u3000", " x", "x ", "x\n", "\tx", "x\u0000y", "\u0000", "x\u007fy", "x\u0085",
+           "\u200bx", "x\u202ey", "\ufeffx", "x\u2028y"]  # fmt: skip
 
 
 # --- one hostile request -----------------------------------------------------------------------
@@ -476,6 +481,8 @@ def out_of_range(t: mi.Type) -> list[Any]:
     if isinstance(t, mi.StrType):
         if t.min_length:
             values.append("")
+        if t.pattern is not None:  # an id (schema/base.py ID_PATTERN)
+            values += BAD_IDS
         if t.max_length is not None:
             values.append("x" * (t.max_length + 1))
             values.append("é" * (t.max_length + 1))
@@ -670,6 +677,12 @@ async def test_random_hostile_requests_are_refused_and_write_nothing(
 HOSTILE_TEXT = st.text(min_size=1, max_size=40) | st.sampled_from(
     ["\u0000", "\u0000x", "\u202e\u0644", "😀" * 3, "a\r\nb", "\ufeff", "\x7f", "%", "_", "'; --"]
 )
+# The hostile text an id may hold: no control or invisible formatting characters, no whitespace
+# at either end (schema/base.py ID_PATTERN).
+HOSTILE_ID = (
+    st.text(min_size=1, max_size=40)
+    | st.sampled_from(["\u202f\u0644x", "😀" * 3, "a b", "%", "_", "'; --"])
+).filter(lambda s: re.search(ID_PATTERN, s) is not None)
 JSON_VALUES = st.recursive(
     st.none()
     | st.booleans()
@@ -688,16 +701,17 @@ JSON_VALUES = st.recursive(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    agent=HOSTILE_TEXT,
+    agent=HOSTILE_ID,
     content=HOSTILE_TEXT.filter(lambda s: bool(s.strip())),
-    session=HOSTILE_TEXT,
+    session=HOSTILE_ID,
     metadata=st.dictionaries(HOSTILE_TEXT, JSON_VALUES, max_size=4),
 )
 async def test_hostile_but_valid_values_round_trip_exactly(
     client: Client, agent: str, content: str, session: str, metadata: dict[str, Any]
 ) -> None:
     """Control characters, NUL, bidi marks, emoji, SQL-ish text and numbers past 64 bits in
-    valid places are stored and recalled exactly as sent, under that exact agent id."""
+    content and metadata, and any text an id allows, are stored and recalled exactly as sent,
+    under that exact agent id."""
     stored = await client.store(agent, content, sessionId=session, metadata=metadata)
     memories = await client.recall(agent, content, limit=100)
     [memory] = [m for m in memories if m["id"] == stored["id"]]

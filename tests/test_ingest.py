@@ -96,3 +96,33 @@ async def test_an_invalid_message_is_dead_lettered_with_its_error_and_not_retrie
     finally:
         await nc.close()
         await app.stop()
+
+
+async def test_refused_input_through_ingestion_is_dead_lettered_and_not_stored(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """A repeated key, a bad id and a lone surrogate are refused on memory.ingest.store as on
+    the bus: each goes to the dead-letter stream with its 400 and message; none is stored."""
+    db = tmp_path / "memory.db"
+    app = App(worker_config(nats_url, db))
+    await app.start()
+    nc = await nats.connect(nats_url)
+    dead = await nc.subscribe("memory.deadletter.>")
+    try:
+        js = nc.jetstream()
+        for body in (
+            b'{"agentId": "B", "agentId": "A", "content": "twice"}',
+            b'{"agentId": "a\\u0000", "content": "nul in the id"}',
+            b'{"agentId": "a", "content": "x \\ud800"}',
+        ):
+            await js.publish("memory.ingest.store", body)
+        letters = [await dead.next_msg(timeout=10) for _ in range(3)]
+        errors = sorted((letter.headers or {})["Nats-Service-Error"] for letter in letters)
+        assert all((letter.headers or {})["Nats-Service-Error-Code"] == "400" for letter in letters)
+        assert any("duplicate key `agentId` at `$`" in error for error in errors), errors
+        assert any("an id:" in error and "$.agentId" in error for error in errors), errors
+        assert any("lone surrogate" in error and "$.content" in error for error in errors), errors
+        assert memory_count(db) == 0
+    finally:
+        await nc.close()
+        await app.stop()

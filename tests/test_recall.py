@@ -131,3 +131,18 @@ async def test_recall_sees_a_store_acknowledged_just_before(client: Client) -> N
         await client.store("a", f"fresh {index}")
         memories = await client.recall("a", f"fresh {index}", limit=1)
         assert memories[0]["content"] == f"fresh {index}"
+
+
+async def test_a_query_over_16_kib_is_payload_too_large_and_touches_nothing(
+    client: Client,
+) -> None:
+    """MEMORY_WORKER_MAX_QUERY_BYTES (default 16384, counted in UTF-8 bytes): a query one byte
+    over is refused with 413 naming `$.query`, and no memory's access count moves; one at the
+    limit is served."""
+    await client.store("a", "cat notes")
+    over = "é" * 8192 + "x"  # 16385 bytes in 8193 characters
+    reply = await client.call("memory::recall", {"agentId": "a", "query": over})
+    assert reply.code == "413" and reply.body["error"]["code"] == "payload_too_large", reply
+    assert "$.query" in reply.body["error"]["message"]
+    [memory] = await client.recall("a", "cat " * 4096)  # exactly 16384 bytes
+    assert memory["accessCount"] == 1

@@ -13,6 +13,7 @@ import msgspec
 from worker.config import Config, ConfigError, load_config
 from worker.db import DatabaseTooNew, migrate, open_db
 from worker.logs import configure_logging
+from worker.redact import redact
 
 Render = Callable[[str], str]
 
@@ -104,16 +105,17 @@ def _call(
     from worker.bus import ConnectionFailed
 
     url = client_url(config, args.nats_url)
+    shown = redact(url)  # the URL may carry a password or token: never print it
     try:
         return asyncio.run(_request(config, url, subject, body, args.timeout, render))
     except nats.errors.NoRespondersError:
-        print(f"memory-worker: no memory worker answers on {url}", file=sys.stderr)
+        print(f"memory-worker: no memory worker answers on {shown}", file=sys.stderr)
     except (nats.errors.TimeoutError, TimeoutError):
-        print(f"memory-worker: no reply within {args.timeout}s from {url}", file=sys.stderr)
+        print(f"memory-worker: no reply within {args.timeout}s from {shown}", file=sys.stderr)
     except ConnectionFailed as error:
         print(f"memory-worker: {error}", file=sys.stderr)
     except (OSError, nats.errors.Error) as error:
-        print(f"memory-worker: cannot reach NATS at {url}: {error}", file=sys.stderr)
+        print(f"memory-worker: cannot reach NATS at {shown}: {redact(str(error))}", file=sys.stderr)
     return 2
 
 
@@ -132,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             asyncio.run(run(config))
         except (DatabaseTooNew, RuntimeError, OSError) as error:
-            print(f"memory-worker: {error}", file=sys.stderr)
+            print(f"memory-worker: {redact(str(error))}", file=sys.stderr)
             return 1
         return 0
     if args.command == "fire":

@@ -34,6 +34,7 @@ from worker.index import MemoryIndex, install_change_log, take_changes
 from worker.ingest import Ingest
 from worker.metrics import MetricsServer
 from worker.readers import Readers
+from worker.redact import redact
 from worker.registry import ROUTES
 from worker.services import Services, wall_clock_ms
 from worker.writer import Writer
@@ -143,7 +144,9 @@ class App:
         self.services.next_fires = self.scheduler.next_fire_times
         self._tasks.append(asyncio.create_task(self.scheduler.run()))
         self._tasks.append(asyncio.create_task(self._watch_other_writers()))
-        log.info("worker.started", nats=self.nats_url, db=str(db_path), embedder=config.embedder)
+        log.info(
+            "worker.started", nats=redact(self.nats_url), db=str(db_path), embedder=config.embedder
+        )
 
     async def _start_ingest(self) -> None:
         assert self.dispatcher is not None

@@ -22,6 +22,7 @@ from nats.micro.service import EndpointConfig, Service
 
 from worker.config import Config
 from worker.dispatch import Dispatcher
+from worker.redact import redact
 from worker.registry import Route
 
 log = structlog.get_logger()
@@ -57,8 +58,8 @@ async def _quiet(error: Exception) -> None:
 
 def describe_failure(url: str, config: Config, error: BaseException) -> str:
     """One line: which server, what went wrong, and the setting to look at."""
-    text = str(error) or type(error).__name__
-    message = f"cannot connect to NATS at {url}: {text}"
+    text = redact(str(error) or type(error).__name__)
+    message = f"cannot connect to NATS at {redact(url)}: {text}"
     if "authorization violation" in text.lower():
         return message + (
             " (check MEMORY_WORKER_NATS_USER/_PASSWORD, MEMORY_WORKER_NATS_TOKEN or "
@@ -122,7 +123,7 @@ async def connect(
                 first_failure.set_result(error)
             return
         # A server that is not up yet is waited for (compose and systemd may start us first).
-        log.warning("nats.error", url=url, error=str(error) or type(error).__name__)
+        log.warning("nats.error", url=redact(url), error=redact(str(error) or type(error).__name__))
 
     async def on_disconnected() -> None:
         # nats-py calls this on closing too, after marking the client closed: that is our own

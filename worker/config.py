@@ -26,6 +26,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     builtin_model: Literal["minilm", "e5", "hash"] = "minilm"
     embed_timeout: Positive = 5.0
     max_content_bytes: Annotated[int, msgspec.Meta(ge=1, le=8 * 1024 * 1024)] = 524_288
+    max_query_bytes: Annotated[int, msgspec.Meta(ge=1, le=8 * 1024 * 1024)] = 16_384
     max_in_flight: Annotated[int, msgspec.Meta(ge=1)] = 1024
     synchronous: Literal["full", "normal"] = "full"
     ingest: bool = True

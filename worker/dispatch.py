@@ -15,7 +15,8 @@ import msgspec
 import structlog
 
 from schema.errors import Internal, InvalidRequest, Unavailable, WorkerError, error_reply
-from worker.locate import field_at, invalid_utf8_offset, malformed_offset, too_deep_offset
+from worker.json_keys import duplicate_key
+from worker.locate import refusal
 from worker.registry import Route
 from worker.services import Services, TriggerStats
 
@@ -43,20 +44,16 @@ class Dispatcher:
         services.in_flight = lambda: self.in_flight
 
     def decode(self, trigger: str, data: bytes) -> Any:
+        body = data if data.strip() else b"{}"
         try:
-            return self._decoders[trigger].decode(data if data.strip() else b"{}")
-        except msgspec.ValidationError as error:
-            raise InvalidRequest(f"invalid request: {error}") from None
-        except msgspec.DecodeError as error:
-            where = field_at(data, malformed_offset(data, str(error)))
-            raise InvalidRequest(f"malformed JSON: {error}{where}") from None
-        except UnicodeDecodeError:
-            offset = invalid_utf8_offset(data)
-            where = field_at(data, offset)
-            raise InvalidRequest(f"request is not valid UTF-8 (byte {offset}){where}") from None
-        except RecursionError:
-            where = field_at(data, too_deep_offset(data))
-            raise InvalidRequest(f"request is nested too deeply{where}") from None
+            request = self._decoders[trigger].decode(body)
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
+            # ValidationError is a DecodeError: every refusal is explained in one place.
+            raise InvalidRequest(refusal(data, error)) from None
+        duplicate = duplicate_key(body)
+        if duplicate is not None:
+            raise InvalidRequest(f"invalid request: {duplicate}")
+        return request
 
     async def handle(self, trigger: str, data: bytes, *, source: str = "bus") -> Outcome:
         started = time.perf_counter()

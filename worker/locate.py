@@ -1,14 +1,19 @@
 """Which top-level field a malformed request went wrong in, for errors that carry only a byte
-offset (invalid UTF-8, bad JSON tokens) or none at all (nesting too deep, lone surrogates)."""
+offset (invalid UTF-8, bad JSON tokens) or none at all (nesting too deep, lone surrogates), and
+what msgspec's message leaves unsaid (a lone surrogate)."""
 
 from __future__ import annotations
 
 import re
 
+import msgspec
+
+from schema.base import ID_REFUSAL, ID_RULE
+
 BYTE_OFFSET = re.compile(r"\(byte (\d+)\)")
-LONE_SURROGATE = re.compile(
-    rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])|(?<![0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
-)
+# One escape inside a JSON string; matching `\\` as a whole keeps `\\ud800` (a backslash, then
+# the letters) from being read as an escaped surrogate.
+ESCAPE = re.compile(rb"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
 DEEP = 256
 
 
@@ -67,8 +72,30 @@ def malformed_offset(data: bytes, message: str) -> int | None:
     found = BYTE_OFFSET.search(message)
     if found:
         return int(found.group(1))
-    surrogate = LONE_SURROGATE.search(data)
-    return surrogate.start() if surrogate else None
+    surrogate = lone_surrogate(data)
+    return None if surrogate is None else surrogate[0]
+
+
+def lone_surrogate(data: bytes) -> tuple[int, str] | None:
+    """The offset and text of the first `\\uD800`-`\\uDFFF` escape that is not half of a
+    pair (a high one directly followed by a low one): JSON allows writing it, Unicode has no
+    such character, and msgspec's own message for it ("Input data was truncated", "invalid
+    utf-16 surrogate pair") does not say so."""
+    if b"\\u" not in data:
+        return None
+    high: re.Match[bytes] | None = None
+    for escape in ESCAPE.finditer(data):
+        code = int(escape.group(1), 16) if escape.group(1) else -1
+        if high is not None:
+            if 0xDC00 <= code <= 0xDFFF and escape.start() == high.end():
+                high = None
+                continue
+            break
+        if 0xD800 <= code <= 0xDBFF:
+            high = escape
+        elif 0xDC00 <= code <= 0xDFFF:
+            return escape.start(), escape.group(0).decode()
+    return None if high is None else (high.start(), high.group(0).decode())
 
 
 def invalid_utf8_offset(data: bytes) -> int | None:
@@ -77,3 +104,19 @@ def invalid_utf8_offset(data: bytes) -> int | None:
     except UnicodeDecodeError as error:
         return error.start
     return None
+
+
+def refusal(data: bytes, error: Exception) -> str:
+    """The one-line reason a request did not decode, naming the field wherever it can."""
+    if isinstance(error, msgspec.ValidationError):
+        return f"invalid request: {str(error).replace(ID_REFUSAL, ID_RULE)}"
+    if isinstance(error, UnicodeDecodeError):
+        offset = invalid_utf8_offset(data)
+        return f"request is not valid UTF-8 (byte {offset}){field_at(data, offset)}"
+    if isinstance(error, RecursionError):
+        return f"request is nested too deeply{field_at(data, too_deep_offset(data))}"
+    surrogate = lone_surrogate(data)
+    if surrogate is not None:
+        at, escape = surrogate
+        return f"malformed JSON: lone surrogate {escape} is not valid Unicode{field_at(data, at)}"
+    return f"malformed JSON: {error}{field_at(data, malformed_offset(data, str(error)))}"

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+from typing import Literal, TextIO
 
 import structlog
 
+from worker.redact import redact_event
+
 
 def configure_logging(
-    level: str = "info", fmt: Literal["auto", "json", "console"] = "auto"
+    level: str = "info",
+    fmt: Literal["auto", "json", "console"] = "auto",
+    file: TextIO | None = None,
 ) -> None:
-    use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    """`file` (default stderr) lets a test read exactly what would be written."""
+    out = sys.stderr if file is None else file
+    use_json = fmt == "json" or (fmt == "auto" and not out.isatty())
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if use_json
@@ -24,11 +30,12 @@ def configure_logging(
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            redact_event,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )

@@ -95,6 +95,7 @@ async def _load_agent(s: Services, agent_id: str) -> None:
 async def recall(s: Services, req: RecallRequest) -> RecallReply:
     """Replies without waiting for the writer: the access counts are persisted by a
     non-durable write that follows (at most one batch behind)."""
+    recall_handler.check_recall(req, s.config.max_query_bytes)
     query_vector = None
     if req.query.strip():
         [vector] = await s.embedder.embed([req.query], query=True)

@@ -16,8 +16,7 @@ from typing import Annotated, Any, BinaryIO, Literal, TextIO
 import apsw
 import msgspec
 
-from schema.base import AgentId, EntityId, Millis, Role, SessionId, Unit
-from schema.kg import RelationType
+from schema.base import Millis, Role, StoredId, Unit
 
 FORMAT: Literal["memory-worker-export"] = "memory-worker-export"
 VERSION = 1
@@ -46,12 +45,12 @@ class Header(Record, frozen=True, tag="header"):
     version: int
     schema_version: int
     exported_at: Millis
-    agent: AgentId | None
+    agent: StoredId | None
 
 
 class MemoryRecord(Record, frozen=True, tag="memory"):
     id: NonEmpty
-    agent_id: AgentId
+    agent_id: StoredId
     role: Role
     content: str
     hash: NonEmpty
@@ -74,8 +73,8 @@ class MessageRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
 
 class SessionRecord(Record, frozen=True, tag="session"):
-    agent_id: AgentId
-    id: SessionId
+    agent_id: StoredId
+    id: StoredId
     created_at: Millis
     updated_at: Millis
     compacted_at: Millis | None
@@ -84,17 +83,17 @@ class SessionRecord(Record, frozen=True, tag="session"):
 
 
 class EntityRecord(Record, frozen=True, tag="entity"):
-    agent_id: AgentId
-    id: EntityId
+    agent_id: StoredId
+    id: StoredId
     type: str | None
     properties: dict[str, Any]
 
 
 class RelationRecord(Record, frozen=True, tag="relation"):
-    agent_id: AgentId
-    source: EntityId
-    type: RelationType
-    target: EntityId
+    agent_id: StoredId
+    source: StoredId
+    type: StoredId
+    target: StoredId
 
 
 class End(Record, frozen=True, tag="end"):
