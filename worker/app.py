@@ -230,12 +230,24 @@ async def run(config: Config) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     app = App(config)
+    stopped = asyncio.create_task(stop.wait())
     try:
-        await app.start()
+        # Start-up waits for a NATS server that is not up yet for as long as it takes; a signal
+        # meanwhile must end that wait, not queue behind it.
+        starting = asyncio.create_task(app.start())
+        await asyncio.wait([starting, stopped], return_when="FIRST_COMPLETED")
+        if not starting.done():
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            log.info("worker.stopping", during="start")
+            return
+        starting.result()
         lost = asyncio.create_task(app.connection_lost.wait())
-        await asyncio.wait([lost, asyncio.create_task(stop.wait())], return_when="FIRST_COMPLETED")
+        await asyncio.wait([lost, stopped], return_when="FIRST_COMPLETED")
         if app.connection_lost.is_set():
             raise ConnectionError("the NATS connection was closed for good; exiting to restart")
         log.info("worker.stopping")
     finally:
+        stopped.cancel()
         await app.stop()

@@ -51,10 +51,6 @@ def connect_options(config: Config) -> dict[str, Any]:
     return options
 
 
-async def _quiet(error: Exception) -> None:
-    pass
-
-
 def describe_failure(url: str, config: Config, error: BaseException) -> str:
     """One line: which server, what went wrong, and the setting to look at."""
     text = str(error) or type(error).__name__
@@ -93,9 +89,10 @@ async def connect(
     *,
     reconnect: bool = True,
     on_closed: Callable[[], None] | None = None,
+    timeout: float = 10.0,
 ) -> Any:
     """The worker's long-lived connection (reconnecting, logging its state), or with
-    reconnect=False a short-lived quiet client connection for the CLI.
+    reconnect=False a short-lived quiet client connection for the CLI, given up after timeout.
 
     A refused CONNECT, TLS handshake or missing credentials file raises ConnectionFailed naming
     the server and the cause, instead of being retried forever; the worker still waits for a
@@ -105,12 +102,7 @@ async def connect(
     except OSError as error:
         raise ConnectionFailed(describe_failure(url, config, error)) from error
     if not reconnect:
-        try:
-            return await nats.connect(
-                url, allow_reconnect=False, max_reconnect_attempts=0, error_cb=_quiet, **options
-            )
-        except (OSError, TimeoutError, nats.errors.Error) as error:
-            raise ConnectionFailed(describe_failure(url, config, error)) from error
+        return await _connect_once(url, config, options, timeout)
 
     connected = False
     first_failure: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
@@ -159,6 +151,43 @@ async def connect(
     first_failure.cancel()
     connected = True
     return connecting.result()
+
+
+async def _connect_once(url: str, config: Config, options: dict[str, Any], timeout: float) -> Any:
+    """One attempt, ended by the first error or by timeout.
+
+    nats-py never gives up on a server that refuses the TCP connection unless
+    max_reconnect_attempts is above 0: its server-selection loop reports the error to error_cb
+    and tries again, allow_reconnect=False or not. So the first error ends the attempt here."""
+    failure: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+
+    async def on_error(error: Exception) -> None:
+        if not failure.done():
+            failure.set_result(error)
+
+    connecting = asyncio.ensure_future(
+        nats.connect(
+            url, allow_reconnect=False, max_reconnect_attempts=1, error_cb=on_error, **options
+        )
+    )
+    waiting: list[asyncio.Future[Any]] = [connecting, failure]
+    try:
+        await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not connecting.done():
+            connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await connecting
+    if connecting.done() and not connecting.cancelled():
+        error = connecting.exception()
+        if error is None:
+            return connecting.result()
+        if not failure.done():
+            failure.set_result(error)
+    if failure.done():
+        cause = failure.result()
+        raise ConnectionFailed(describe_failure(url, config, cause)) from cause
+    raise ConnectionFailed(f"cannot connect to NATS at {url}: no connection within {timeout:g}s")
 
 
 class MemoryService:
