@@ -9,6 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+import apsw
+
 from worker import client
 from worker.client import EXIT_CODES, Exit
 from worker.config import ConfigError, load_config, nats_url_problem
@@ -107,7 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "backup":
         from worker.backup import backup_database
 
-        pages = backup_database(config.db_path, args.path)
+        try:
+            pages = backup_database(config.db_path, args.path)
+        except (RuntimeError, apsw.Error, OSError) as error:
+            print(f"memory-worker backup: {error}", file=sys.stderr)
+            return 1
         print(f"backed up {config.db_path} to {args.path} ({pages} pages)", file=sys.stderr)
         return 0
     if args.command == "bench":
