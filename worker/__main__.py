@@ -14,7 +14,7 @@ import apsw
 from worker import client
 from worker.client import EXIT_CODES, Exit
 from worker.config import ConfigError, load_config, nats_url_problem
-from worker.db import DatabaseTooNew, migrate, open_db
+from worker.db import DatabaseTooNew, migrate, open_db, unusable
 from worker.logs import configure_logging
 
 
@@ -129,14 +129,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return import_command(config, args)
     if args.command == "migrate":
-        conn = open_db(config.db_path)
+        return _migrate(config.db_path)
+    return 0
+
+
+def _migrate(path: str) -> int:
+    try:
+        conn = open_db(path)
         try:
-            print(f"schema version {migrate(conn)}: {config.db_path}")
-        except DatabaseTooNew as error:
-            print(f"memory-worker: {error}", file=sys.stderr)
-            return 1
+            print(f"schema version {migrate(conn)}: {path}")
         finally:
             conn.close()
+    except apsw.Error as error:
+        print(f"memory-worker: {unusable(path, error)}", file=sys.stderr)
+        return 1
+    except DatabaseTooNew as error:
+        print(f"memory-worker: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

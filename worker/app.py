@@ -10,6 +10,8 @@ import asyncio
 import contextlib
 import signal
 import sys
+import threading
+import time
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from scheduler.runner import Scheduler
 from worker.backfill import Backfill
 from worker.bus import MemoryService, connect
 from worker.config import Config
-from worker.db import migrate, open_db
+from worker.db import DatabaseUnusable, migrate, open_db, quick_check, unusable
 from worker.dispatch import Dispatcher
 from worker.embedded import EmbeddedServer
 from worker.embedders import Embedder, NoEmbedder
@@ -96,10 +98,14 @@ class App:
         # request; Python's default 5 ms switch interval would add up to that to a recall.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         db_path = Path(config.db_path)
-        self._conn = conn = open_db(db_path, synchronous=config.synchronous)
-        migrate(conn)
-        install_change_log(conn)
-        self._data_version = int(conn.pragma("data_version"))
+        try:
+            self._conn = conn = open_db(db_path, synchronous=config.synchronous)
+            await _quick_check(conn, db_path)
+            migrate(conn)
+            install_change_log(conn)
+            self._data_version = int(conn.pragma("data_version"))
+        except apsw.Error as error:
+            raise unusable(db_path, error) from None
         readers = Readers(db_path)
         index = MemoryIndex(readers.fresh, config.index_memory_mb * 1024 * 1024, wall_clock_ms)
         self._writer = writer = Writer(conn, after_commit=lambda c: self._catch_up(c, index))
@@ -126,7 +132,7 @@ class App:
         self.services.backfill.start()
         self.dispatcher = Dispatcher(self.services, ROUTES)
         self.service = MemoryService(self.nc, self.dispatcher, config.subject_prefix)
-        await self.service.start(ROUTES)
+        await self.service.start(ROUTES, self.services.health.metadata)
         if config.ingest:
             await self._start_ingest()
         if config.metrics_port:
@@ -214,6 +220,24 @@ class App:
         if self.embedded is not None:
             self.embedded.stop()
         log.info("worker.stopped")
+
+
+async def _quick_check(conn: apsw.Connection, path: Path) -> None:
+    """Refuse a damaged file before serving from it. The check reads the whole file (measured
+    in the README); it runs on a thread, and a signal meanwhile interrupts it."""
+    started = time.perf_counter()
+    cancelled = threading.Event()
+    checking = asyncio.get_running_loop().run_in_executor(None, quick_check, conn, path, cancelled)
+    try:
+        await asyncio.shield(checking)
+    except asyncio.CancelledError:
+        cancelled.set()
+        conn.interrupt()
+        with contextlib.suppress(apsw.InterruptError, DatabaseUnusable):
+            await checking
+        raise
+    duration_ms = round((time.perf_counter() - started) * 1000, 1)
+    log.info("database.checked", check="quick_check", duration_ms=duration_ms)
 
 
 async def _phase(name: str, step: Awaitable[Any]) -> None:

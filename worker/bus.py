@@ -198,13 +198,16 @@ class MemoryService:
         self._service: Service | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def start(self, routes: tuple[Route, ...]) -> None:
+    async def start(self, routes: tuple[Route, ...], metadata: dict[str, str]) -> None:
+        """metadata is kept, not copied: what the worker writes into it later (its health)
+        is in every $SRV.PING and $SRV.INFO reply from then on."""
         self._service = await add_service(
             self._nc,
             name=SERVICE_NAME,
             version=SERVICE_VERSION,
             description="Agent memory: store, recall, maintenance, knowledge graph, sessions",
             queue_group=QUEUE_GROUP,
+            metadata=metadata,
         )
         for route in routes:
             await self._service.add_endpoint(

@@ -15,6 +15,7 @@ import msgspec
 import structlog
 
 from schema.errors import Internal, InvalidRequest, Unavailable, WorkerError, error_reply
+from worker.db import DAMAGED
 from worker.locate import field_at, invalid_utf8_offset, malformed_offset, too_deep_offset
 from worker.registry import Route
 from worker.services import Services, TriggerStats
@@ -77,6 +78,12 @@ class Dispatcher:
             outcome = Outcome(self._encoder.encode(reply), None)
         except WorkerError as error:
             outcome = Outcome(self._encoder.encode(error_reply(error)), error)
+        except DAMAGED as error:
+            reason = f"{trigger}: {type(error).__name__}: {error}"
+            self.services.health.corrupt(reason)
+            log.error("database.corrupt", trigger=trigger, error=reason)
+            failure = Internal(f"the database is damaged ({type(error).__name__}); see its health")
+            outcome = Outcome(self._encoder.encode(error_reply(failure)), failure)
         except Exception as error:
             log.error("trigger.failed", trigger=trigger, error=type(error).__name__, exc_info=True)
             failure = Internal(f"internal error ({type(error).__name__})")
