@@ -54,6 +54,8 @@ def connect_options(config: Config) -> dict[str, Any]:
 def describe_failure(url: str, config: Config, error: BaseException) -> str:
     """One line: which server, what went wrong, and the setting to look at."""
     text = str(error) or type(error).__name__
+    if isinstance(error, TimeoutError):
+        text = "no NATS greeting in time (is a NATS server listening there?)"
     message = f"cannot connect to NATS at {url}: {text}"
     if "authorization violation" in text.lower():
         return message + (
