@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import apsw
 
+COUNTED = ("agents", "memories", "memories_without_vector", "entities", "relations", "sessions")
+
 
 def database_counts(conn: apsw.Connection) -> dict[str, int]:
     def one(sql: str) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from schema.base import Reply, Request
 
 
@@ -33,14 +35,18 @@ class JobFigures(Reply, frozen=True):
 
 
 class StatsReply(Reply, frozen=True):
+    # "corrupt" once a trigger met a damaged database (healthReason: which, and SQLite's
+    # words); the counts below are null when the damage kept them from being taken.
+    health: Literal["ok", "corrupt"]
+    health_reason: str | None
     triggers: dict[str, TriggerFigures]
-    agents: int
-    memories: int
+    agents: int | None
+    memories: int | None
     # Waiting for the backfill, or left without one (embedder `none`, a failed embedding call).
-    memories_without_vector: int
-    entities: int
-    relations: int
-    sessions: int
+    memories_without_vector: int | None
+    entities: int | None
+    relations: int | None
+    sessions: int | None
     database_bytes: int
     in_flight: int
     index_agents: int

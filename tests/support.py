@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -50,3 +51,21 @@ class Client:
         body = await self.ok("memory::recall", {"agentId": agent, "query": query, **fields})
         memories: list[Any] = body["memories"]
         return memories
+
+
+def damage_table(db_path: str | Path, table: str) -> None:
+    """Overwrite the root page of table with garbage, as a failing disk would.
+
+    The WAL is checkpointed into the file first, so that the page read next comes from the
+    damaged file and not from the log; connections that have not cached the page see the damage.
+    """
+    import apsw
+
+    conn = apsw.Connection(str(db_path))
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    [(root,)] = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = ?", (table,))
+    page_size = int(conn.pragma("page_size"))
+    conn.close()
+    with open(db_path, "r+b") as file:
+        file.seek((int(root) - 1) * page_size)
+        file.write(b"\xa5" * page_size)

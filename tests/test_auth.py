@@ -317,7 +317,7 @@ def env_of(settings: dict[str, str]) -> dict[str, str]:
 
 async def test_cli_check_and_fire_use_the_tls_variables(mtls: Secured) -> None:
     """Given MEMORY_WORKER_NATS_TLS_CA/_CERT/_KEY, `check` answers 0 and `fire` stores over
-    mutual TLS; without a client certificate `check` answers 1 naming the server."""
+    mutual TLS; without a client certificate `check` exits 3 naming the server."""
     async with started_worker(mtls):
         done = await asyncio.to_thread(
             cli, "check", "--nats-url", mtls.url, env=env_of(mtls.worker)
@@ -336,20 +336,20 @@ async def test_cli_check_and_fire_use_the_tls_variables(mtls: Secured) -> None:
         done = await asyncio.to_thread(
             cli, "check", "--nats-url", mtls.url, "--timeout", "2", env=no_cert
         )
-        assert done.returncode == 1
+        assert done.returncode == 3
         assert mtls.url in done.stderr, done.stderr
 
 
 async def test_cli_check_uses_the_user_and_password_variables(userpass: Secured) -> None:
-    """With MEMORY_WORKER_NATS_USER/_PASSWORD `check` answers 0; with a wrong password it answers
-    1 and passes on the server's reason."""
+    """With MEMORY_WORKER_NATS_USER/_PASSWORD `check` answers 0; with a wrong password it exits
+    3 (cannot reach NATS) and passes on the server's reason."""
     good = env_of(userpass.worker)
     async with started_worker(userpass):
         done = await asyncio.to_thread(cli, "check", "--nats-url", userpass.url, env=good)
         assert done.returncode == 0, done.stderr
     bad = {**good, "MEMORY_WORKER_NATS_PASSWORD": "wrong"}
     done = await asyncio.to_thread(cli, "check", "--nats-url", userpass.url, env=bad)
-    assert done.returncode == 1
+    assert done.returncode == 3
     assert userpass.url in done.stderr and "Authorization Violation" in done.stderr, done.stderr
 
 
@@ -358,6 +358,6 @@ async def test_cli_reports_refused_credentials_in_one_line_without_a_traceback(
 ) -> None:
     bad = env_of({**userpass.worker, "nats_password": "wrong"})
     done = await asyncio.to_thread(cli, "check", "--nats-url", userpass.url, env=bad)
-    assert done.returncode == 1
+    assert done.returncode == 3
     assert "Traceback" not in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -75,7 +75,7 @@ async def test_fire_without_a_worker_says_so(nats_url: str) -> None:
 
 def test_fire_refuses_a_payload_that_is_not_json() -> None:
     done = cli("fire", "memory::store", "{oops", "--nats-url", "nats://127.0.0.1:1")
-    assert done.returncode == 2 and "not JSON" in done.stderr
+    assert done.returncode == 64 and "not JSON" in done.stderr
 
 
 async def test_check_exits_zero_only_when_the_service_answers(
@@ -98,12 +98,12 @@ def test_a_bad_variable_stops_start_up_naming_it(tmp_path: Path) -> None:
     done = cli(
         "run", "--db", str(tmp_path / "m.db"), env={"MEMORY_WORKER_MAX_CONTENT_BYTES": "lots"}
     )
-    assert done.returncode == 2
+    assert done.returncode == 78
     assert "MEMORY_WORKER_MAX_CONTENT_BYTES" in done.stderr
     done = cli("run", env={"MEMORY_WORKER_EVICT_CRON": "every day"})
-    assert done.returncode == 2 and "MEMORY_WORKER_EVICT_CRON" in done.stderr
+    assert done.returncode == 78 and "MEMORY_WORKER_EVICT_CRON" in done.stderr
     done = cli("run", env={"MEMORY_WORKER_EMBEDDER": "magic"})
-    assert done.returncode == 2 and "MEMORY_WORKER_EMBEDDER" in done.stderr
+    assert done.returncode == 78 and "MEMORY_WORKER_EMBEDDER" in done.stderr
 
 
 def test_migrate_creates_the_schema_and_refuses_a_newer_database(tmp_path: Path) -> None:

@@ -211,3 +211,12 @@ async def test_cli_messages_never_print_the_password_of_a_url(
         assert done.returncode != 0
         assert password not in done.stderr + done.stdout, done.stderr
         assert with_credentials(url, "***") in done.stderr, done.stderr
+
+
+def test_a_refused_nats_url_is_quoted_without_its_password() -> None:
+    """Configuration errors quote the URL they refuse, masked like every other place."""
+    from worker.config import nats_url_problem
+
+    problem = nats_url_problem("nats://alice:hunter2@127.0.0.1:")
+    assert problem is not None and "empty port" in problem
+    assert "hunter2" not in problem and "alice:***@" in problem

@@ -10,6 +10,8 @@ import asyncio
 import contextlib
 import signal
 import sys
+import threading
+import time
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from scheduler.runner import Scheduler
 from worker.backfill import Backfill
 from worker.bus import MemoryService, connect
 from worker.config import Config
-from worker.db import migrate, open_db
+from worker.db import DatabaseUnusable, migrate, open_db, quick_check, unusable
 from worker.dispatch import Dispatcher
 from worker.embedded import EmbeddedServer
 from worker.embedders import Embedder, NoEmbedder
@@ -97,10 +99,14 @@ class App:
         # request; Python's default 5 ms switch interval would add up to that to a recall.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         db_path = Path(config.db_path)
-        self._conn = conn = open_db(db_path, synchronous=config.synchronous)
-        migrate(conn)
-        install_change_log(conn)
-        self._data_version = int(conn.pragma("data_version"))
+        try:
+            self._conn = conn = open_db(db_path, synchronous=config.synchronous)
+            await _quick_check(conn, db_path)
+            migrate(conn)
+            install_change_log(conn)
+            self._data_version = int(conn.pragma("data_version"))
+        except apsw.Error as error:
+            raise unusable(db_path, error) from None
         readers = Readers(db_path)
         index = MemoryIndex(readers.fresh, config.index_memory_mb * 1024 * 1024, wall_clock_ms)
         self._writer = writer = Writer(conn, after_commit=lambda c: self._catch_up(c, index))
@@ -127,7 +133,7 @@ class App:
         self.services.backfill.start()
         self.dispatcher = Dispatcher(self.services, ROUTES)
         self.service = MemoryService(self.nc, self.dispatcher, config.subject_prefix)
-        await self.service.start(ROUTES)
+        await self.service.start(ROUTES, self.services.health.metadata)
         if config.ingest:
             await self._start_ingest()
         if config.metrics_port:
@@ -219,6 +225,24 @@ class App:
         log.info("worker.stopped")
 
 
+async def _quick_check(conn: apsw.Connection, path: Path) -> None:
+    """Refuse a damaged file before serving from it. The check reads the whole file (measured
+    in the README); it runs on a thread, and a signal meanwhile interrupts it."""
+    started = time.perf_counter()
+    cancelled = threading.Event()
+    checking = asyncio.get_running_loop().run_in_executor(None, quick_check, conn, path, cancelled)
+    try:
+        await asyncio.shield(checking)
+    except asyncio.CancelledError:
+        cancelled.set()
+        conn.interrupt()
+        with contextlib.suppress(apsw.InterruptError, DatabaseUnusable):
+            await checking
+        raise
+    duration_ms = round((time.perf_counter() - started) * 1000, 1)
+    log.info("database.checked", check="quick_check", duration_ms=duration_ms)
+
+
 async def _phase(name: str, step: Awaitable[Any]) -> None:
     try:
         await step
@@ -233,12 +257,24 @@ async def run(config: Config) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     app = App(config)
+    stopped = asyncio.create_task(stop.wait())
     try:
-        await app.start()
+        # Start-up waits for a NATS server that is not up yet for as long as it takes; a signal
+        # meanwhile must end that wait, not queue behind it.
+        starting = asyncio.create_task(app.start())
+        await asyncio.wait([starting, stopped], return_when="FIRST_COMPLETED")
+        if not starting.done():
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            log.info("worker.stopping", during="start")
+            return
+        starting.result()
         lost = asyncio.create_task(app.connection_lost.wait())
-        await asyncio.wait([lost, asyncio.create_task(stop.wait())], return_when="FIRST_COMPLETED")
+        await asyncio.wait([lost, stopped], return_when="FIRST_COMPLETED")
         if app.connection_lost.is_set():
             raise ConnectionError("the NATS connection was closed for good; exiting to restart")
         log.info("worker.stopping")
     finally:
+        stopped.cancel()
         await app.stop()

@@ -2,7 +2,8 @@
 
 SQLite's online backup copies the whole file in one step under a single read snapshot, which
 in WAL mode does not block the worker's writes; the copy is written beside the target and
-renamed into place, so PATH is never a half-written file.
+renamed into place, so PATH is never a half-written file. The source is opened read-only: a
+mistyped --db must not leave an empty database behind and report it backed up.
 """
 
 from __future__ import annotations
@@ -12,34 +13,54 @@ from pathlib import Path
 
 import apsw
 
-from worker.db import open_db
+from worker.db import BUSY_TIMEOUT_MS
+
+
+class BackupError(RuntimeError):
+    """The source cannot be backed up; the message names it and why."""
+
+
+def _open_source(path: Path) -> apsw.Connection:
+    if not path.is_file():
+        raise BackupError(f"no database at {path}; nothing to back up")
+    source = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    source.set_busy_timeout(BUSY_TIMEOUT_MS)
+    try:
+        version = int(source.pragma("user_version"))
+    except apsw.Error as error:
+        source.close()
+        raise BackupError(f"{path} is not a usable database: {error}") from None
+    if version == 0:
+        source.close()
+        raise BackupError(f"{path} is not a memory-worker database (it has no schema)")
+    return source
 
 
 def backup_database(source_path: str | Path, target_path: str | Path) -> int:
     """Copy source to target atomically; returns the number of pages copied."""
+    source = _open_source(Path(source_path))
     target = Path(target_path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
-    partial.unlink(missing_ok=True)
-    source = open_db(source_path)
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial.unlink(missing_ok=True)
         copy = apsw.Connection(str(partial))
         try:
             with copy.backup("main", source, "main") as step:
                 step.step(-1)
                 pages = int(step.pagecount)
             copy.pragma("journal_mode", "delete")
+            verdict = copy.execute("PRAGMA integrity_check").fetchall()
         finally:
             copy.close()
+        if verdict != [("ok",)]:
+            raise BackupError(
+                f"the copy of {source_path} failed its integrity check: {verdict[:3]}"
+            )
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     finally:
         source.close()
-    check = apsw.Connection(str(partial))
-    try:
-        verdict = check.execute("PRAGMA integrity_check").fetchall()
-    finally:
-        check.close()
-    if verdict != [("ok",)]:
-        partial.unlink(missing_ok=True)
-        raise RuntimeError(f"backup failed its integrity check: {verdict[:3]}")
-    os.replace(partial, target)
     return pages

@@ -52,13 +52,11 @@ def connect_options(config: Config) -> dict[str, Any]:
     return options
 
 
-async def _quiet(error: Exception) -> None:
-    pass
-
-
 def describe_failure(url: str, config: Config, error: BaseException) -> str:
     """One line: which server, what went wrong, and the setting to look at."""
     text = redact(str(error) or type(error).__name__)
+    if isinstance(error, TimeoutError):
+        text = "no NATS greeting in time (is a NATS server listening there?)"
     message = f"cannot connect to NATS at {redact(url)}: {text}"
     if "authorization violation" in text.lower():
         return message + (
@@ -94,9 +92,10 @@ async def connect(
     *,
     reconnect: bool = True,
     on_closed: Callable[[], None] | None = None,
+    timeout: float = 10.0,
 ) -> Any:
     """The worker's long-lived connection (reconnecting, logging its state), or with
-    reconnect=False a short-lived quiet client connection for the CLI.
+    reconnect=False a short-lived quiet client connection for the CLI, given up after timeout.
 
     A refused CONNECT, TLS handshake or missing credentials file raises ConnectionFailed naming
     the server and the cause, instead of being retried forever; the worker still waits for a
@@ -106,12 +105,7 @@ async def connect(
     except OSError as error:
         raise ConnectionFailed(describe_failure(url, config, error)) from error
     if not reconnect:
-        try:
-            return await nats.connect(
-                url, allow_reconnect=False, max_reconnect_attempts=0, error_cb=_quiet, **options
-            )
-        except (OSError, TimeoutError, nats.errors.Error) as error:
-            raise ConnectionFailed(describe_failure(url, config, error)) from error
+        return await _connect_once(url, config, options, timeout)
 
     connected = False
     client: list[Any] = []  # the connection, once made, for the callbacks to look at
@@ -169,6 +163,45 @@ async def connect(
     return client[0]
 
 
+async def _connect_once(url: str, config: Config, options: dict[str, Any], timeout: float) -> Any:
+    """One attempt, ended by the first error or by timeout.
+
+    nats-py never gives up on a server that refuses the TCP connection unless
+    max_reconnect_attempts is above 0: its server-selection loop reports the error to error_cb
+    and tries again, allow_reconnect=False or not. So the first error ends the attempt here."""
+    failure: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+
+    async def on_error(error: Exception) -> None:
+        if not failure.done():
+            failure.set_result(error)
+
+    connecting = asyncio.ensure_future(
+        nats.connect(
+            url, allow_reconnect=False, max_reconnect_attempts=1, error_cb=on_error, **options
+        )
+    )
+    waiting: list[asyncio.Future[Any]] = [connecting, failure]
+    try:
+        await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not connecting.done():
+            connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await connecting
+    if connecting.done() and not connecting.cancelled():
+        error = connecting.exception()
+        if error is None:
+            return connecting.result()
+        if not failure.done():
+            failure.set_result(error)
+    if failure.done():
+        cause = failure.result()
+        raise ConnectionFailed(describe_failure(url, config, cause)) from cause
+    raise ConnectionFailed(
+        f"cannot connect to NATS at {redact(url)}: no connection within {timeout:g}s"
+    )
+
+
 class MemoryService:
     def __init__(self, nc: Any, dispatcher: Dispatcher, prefix: str) -> None:
         self._nc = nc
@@ -177,13 +210,16 @@ class MemoryService:
         self._service: Service | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def start(self, routes: tuple[Route, ...]) -> None:
+    async def start(self, routes: tuple[Route, ...], metadata: dict[str, str]) -> None:
+        """metadata is kept, not copied: what the worker writes into it later (its health)
+        is in every $SRV.PING and $SRV.INFO reply from then on."""
         self._service = await add_service(
             self._nc,
             name=SERVICE_NAME,
             version=SERVICE_VERSION,
             description="Agent memory: store, recall, maintenance, knowledge graph, sessions",
             queue_group=QUEUE_GROUP,
+            metadata=metadata,
         )
         for route in routes:
             await self._service.add_endpoint(

@@ -9,9 +9,12 @@ from __future__ import annotations
 import zoneinfo
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 from croniter import croniter
+
+from worker.redact import redact
 
 ENV_PREFIX = "MEMORY_WORKER_"
 Positive = Annotated[float, msgspec.Meta(gt=0)]
@@ -87,7 +90,34 @@ def _name_variable(message: str) -> str:
     return message
 
 
+def nats_url_problem(url: str) -> str | None:
+    """Why url is not one NATS server address, or None if it is.
+
+    nats-py quietly reads `nats://host:` (an empty port) and `host` as port 4222, so a typo
+    would reach whatever listens there, or hang on nothing. The URL is quoted with its
+    password or token masked."""
+    shown = repr(redact(url))
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return f"{shown} has a port that is not a number from 0 to 65535"
+    if parts.scheme not in ("nats", "tls", "ws", "wss"):
+        return f"{shown} is not a NATS URL: it starts with nats://, tls://, ws:// or wss://"
+    if not parts.hostname:
+        return f"{shown} names no host"
+    if port == 0:
+        return f"{shown} has port 0, which no server listens on"
+    if port is None and parts.netloc.endswith(":"):
+        return f"{shown} has an empty port; write e.g. nats://{parts.hostname}:4222"
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return f"{shown} has a path or query; a NATS URL is scheme://[user:password@]host[:port]"
+    return None
+
+
 def _check_semantics(config: Config) -> None:
+    if config.nats_url and (problem := nats_url_problem(config.nats_url)):
+        raise ConfigError(f"{env_name('nats_url')}: {problem}")
     for field in ("consolidate_cron", "evict_cron"):
         expression = getattr(config, field)
         if expression and not croniter.is_valid(expression):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -14,8 +15,49 @@ Synchronous = Literal["full", "normal"]
 BUSY_TIMEOUT_MS = 10_000
 
 
+# What SQLite raises when the file's pages are not what it wrote: serving on is guesswork.
+DAMAGED = (apsw.CorruptError, apsw.NotADBError)
+
+
 class DatabaseTooNew(RuntimeError):
     """The file was migrated by a newer memory-worker; running old code on it could corrupt it."""
+
+
+class DatabaseUnusable(RuntimeError):
+    """The file is not a SQLite database, is damaged, or cannot be opened; one line says which."""
+
+
+def unusable(path: str | Path, error: apsw.Error) -> DatabaseUnusable:
+    if isinstance(error, DAMAGED):
+        return DatabaseUnusable(
+            f"{path} is not a SQLite database or is damaged ({type(error).__name__}: {error}); "
+            "restore it from a backup"
+        )
+    return DatabaseUnusable(f"cannot use the database {path}: {type(error).__name__}: {error}")
+
+
+def quick_check(
+    conn: apsw.Connection, path: str | Path, cancelled: threading.Event | None = None
+) -> None:
+    """PRAGMA quick_check (page structure, not index contents); raises DatabaseUnusable naming
+    the first problems it finds.
+
+    The file is read in order first: quick_check walks the b-trees page by page, which took 20 s
+    on a 1 GB file not in the page cache here, and 2.5 s after a sequential read (which only
+    fills the cache that the check fills anyway). A set `cancelled` stops the reading."""
+    cancelled = cancelled or threading.Event()
+    with open(path, "rb", buffering=0) as file:
+        chunk = bytearray(1 << 20)
+        while not cancelled.is_set() and file.readinto(chunk):
+            pass
+    if cancelled.is_set():
+        return
+    problems = [str(row[0]) for row in conn.execute("PRAGMA quick_check(3)")]
+    if problems != ["ok"]:
+        found = "; ".join(" ".join(problem.split()) for problem in problems)
+        raise DatabaseUnusable(
+            f"{path} is damaged (PRAGMA quick_check: {found}); restore it from a backup"
+        )
 
 
 def open_db(path: str | Path, *, synchronous: Synchronous = "full") -> apsw.Connection:

@@ -15,6 +15,7 @@ import msgspec
 import structlog
 
 from schema.errors import Internal, InvalidRequest, Unavailable, WorkerError, error_reply
+from worker.db import DAMAGED
 from worker.json_keys import duplicate_key
 from worker.locate import refusal
 from worker.registry import Route
@@ -75,6 +76,12 @@ class Dispatcher:
             done = reply
         except WorkerError as error:
             outcome = Outcome(self._encoder.encode(error_reply(error)), error)
+        except DAMAGED as error:
+            reason = f"{trigger}: {type(error).__name__}: {error}"
+            self.services.health.corrupt(reason)
+            log.error("database.corrupt", trigger=trigger, error=reason)
+            failure = Internal(f"the database is damaged ({type(error).__name__}); see its health")
+            outcome = Outcome(self._encoder.encode(error_reply(failure)), failure)
         except Exception as error:
             log.error("trigger.failed", trigger=trigger, error=type(error).__name__, exc_info=True)
             failure = Internal(f"internal error ({type(error).__name__})")

@@ -14,7 +14,7 @@ import apsw
 from handlers import kg, session
 from handlers import recall as recall_handler
 from handlers.session_repair import repair
-from handlers.stats import database_counts
+from handlers.stats import COUNTED, database_counts
 from handlers.store import check_store
 from handlers.store import store as store_handler
 from schema.kg import KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest
@@ -34,6 +34,7 @@ from schema.session import (
 )
 from schema.stats import JobFigures, StatsReply, StatsRequest, TriggerFigures
 from worker.backfill import DEFER_AT
+from worker.db import DAMAGED
 from worker.embedders import Vector
 from worker.llm import summarise
 from worker.maintenance import run_figures
@@ -118,7 +119,13 @@ async def recall(s: Services, req: RecallRequest) -> RecallReply:
 
 
 async def stats(s: Services, req: StatsRequest) -> StatsReply:
-    counts = await s.readers.run(database_counts)
+    """Answers even when the database is damaged: that is when an operator asks."""
+    counts: dict[str, int | None]
+    try:
+        counts = dict(await s.readers.run(database_counts))
+    except DAMAGED as error:
+        s.health.corrupt(f"memory::stats: {type(error).__name__}: {error}")
+        counts = dict.fromkeys(COUNTED)
     path = Path(s.config.db_path)
     on_disk = sum(
         candidate.stat().st_size
@@ -127,6 +134,8 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
     )
     next_fires = s.next_fires()
     return StatsReply(
+        health=s.health.state,
+        health_reason=s.health.reason,
         triggers={
             trigger: TriggerFigures(
                 requests=figures.requests,

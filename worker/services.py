@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from handlers.recall import KeywordMode
 from worker.backfill import Backfill
@@ -67,6 +67,31 @@ class JobRecord:
 
 
 @dataclass
+class Health:
+    """Whether a trigger has met a damaged database since start-up (start-up refuses one).
+
+    nats.micro answers $SRV.PING by itself, so a PING reply alone says only that the process
+    runs. The service's metadata, which every PING reply carries, is this dict: `memory-worker
+    check` (the liveness probe) reads the damage from it, and a restart then stops at the
+    start-up check with a line saying why, instead of serving on guesswork."""
+
+    metadata: dict[str, str] = field(default_factory=lambda: {"health": "ok"})
+
+    @property
+    def state(self) -> Literal["ok", "corrupt"]:
+        return "corrupt" if self.metadata["health"] == "corrupt" else "ok"
+
+    @property
+    def reason(self) -> str | None:
+        return self.metadata.get("reason")
+
+    def corrupt(self, reason: str) -> None:
+        """The first reason stays: later errors are usually the same damage seen again."""
+        self.metadata["health"] = "corrupt"
+        self.metadata.setdefault("reason", reason)
+
+
+@dataclass
 class Services:
     config: Config
     writer: Writer
@@ -85,3 +110,4 @@ class Services:
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     next_fires: Callable[[], dict[str, int]] = dict
     in_flight: Callable[[], int] = lambda: 0
+    health: Health = field(default_factory=Health)

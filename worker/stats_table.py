@@ -22,7 +22,9 @@ def _size(count: int) -> str:
 
 
 def render(stats: dict[str, Any]) -> str:
-    lines = ["trigger                      requests   errors   mean ms"]
+    health = stats.get("health", "ok")
+    lines = [f"{'health':<28} {health}" + (f": {stats['healthReason']}" if health != "ok" else "")]
+    lines += ["", "trigger                      requests   errors   mean ms"]
     for trigger, figures in sorted(stats["triggers"].items()):
         lines.append(
             f"{trigger:<28} {figures['requests']:>8} {figures['errors']:>8} "
@@ -39,7 +41,8 @@ def render(stats: dict[str, Any]) -> str:
         ("requests in flight", "inFlight"),
         ("agents in the recall index", "indexAgents"),
     ):
-        lines.append(f"{label:<28} {stats[key]:>8}")
+        value = "?" if stats[key] is None else stats[key]  # not counted: the database is damaged
+        lines.append(f"{label:<28} {value:>8}")
     lines.append(f"{'database size':<28} {_size(stats['databaseBytes']):>8}")
     lines.append("")
     lines.append("job           cron            next fire                last fire (outcome)")

@@ -7,6 +7,7 @@ this module re-exports their public names so that callers need only `worker.tran
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import stat
@@ -132,6 +133,29 @@ def _regular_file_size(stream: BinaryIO) -> int | None:
     return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
+def _missing(db: Path) -> list[Path]:
+    """What opening db would create: the file, its WAL and shared-memory files, and any missing
+    directories above it, innermost first."""
+    if db.exists():
+        return []
+    created = [db.with_name(db.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")]
+    parent = db.absolute().parent
+    while not parent.exists():
+        created.append(parent)
+        parent = parent.parent
+    return created
+
+
+def _remove(created: list[Path]) -> None:
+    """A refused import of a new database leaves nothing behind, not an empty database."""
+    for path in created:
+        with contextlib.suppress(OSError):
+            if path.is_dir():
+                path.rmdir()
+            else:
+                path.unlink(missing_ok=True)
+
+
 def import_command(config: Config, args: argparse.Namespace) -> int:
     """`memory-worker import FILE|- [--db PATH]`: a summary line on stderr; exit 1 if refused."""
     try:
@@ -140,6 +164,7 @@ def import_command(config: Config, args: argparse.Namespace) -> int:
         print(f"memory-worker import: {error}", file=sys.stderr)
         return 1
     bar = ProgressBar(sys.stderr, _regular_file_size(stream)) if sys.stderr.isatty() else None
+    created = _missing(Path(config.db_path))
     try:
         conn = open_db(config.db_path, synchronous=config.synchronous)
         try:
@@ -150,6 +175,7 @@ def import_command(config: Config, args: argparse.Namespace) -> int:
     except (TransferError, DatabaseTooNew, apsw.Error, OSError) as error:
         if bar is not None:
             bar.stream.write("\n")
+        _remove(created)
         print(f"memory-worker import: {error}", file=sys.stderr)
         return 1
     finally:
