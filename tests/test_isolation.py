@@ -4,8 +4,9 @@ consolidate for two agents with overlapping contents and session ids.
 After every step: no reply to one agent carries another agent's memory, recall returns exactly
 the agent's own best `limit` memories, and an operation scoped to one agent leaves every other
 agent's rows (memories, sessions, session_messages, read from the file) exactly as they were.
-The agent pairs are chosen to catch ids compared loosely: case, trailing space, LIKE wildcards,
-an embedded NUL, and two Unicode spellings of the same letter. Contract sections 2-5.
+The agent pairs are chosen to catch ids compared loosely: case, inner spaces, LIKE wildcards,
+zero-width joiners, and two Unicode spellings of the same letter (ids with control characters or
+outer whitespace are refused, tests/test_errors.py). Contract sections 2-5.
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ DAY_MS = 86_400_000
 AGENT_PAIRS = [
     ("agent-a", "agent-b"),
     ("a", "A"),
-    ("a", "a "),
+    ("a b", "a  b"),
     ("a%", "ab"),
     ("a_", "ab"),
-    ("x", "x\u0000"),
+    ("x", "x\u200d"),
     ("\u00e9", "e\u0301"),
-    ("bot", "bot\u200b"),
+    ("bot", "b\u200cot"),
 ]
 CONTENTS = [
     "the deploy key rotates on fridays",
@@ -46,7 +47,7 @@ CONTENTS = [
     "Shared words",
     "x",
 ]
-SESSIONS = ["s1", "s2", "S1", "s1 "]
+SESSIONS = ["s1", "s2", "S1", "s 1"]
 QUERIES = ["", "deploy", "cache error", "shared", "bug fix", "zzz nothing"]
 ROLES = ["user", "assistant", "system"]
 Rows = dict[str, list[tuple[Any, ...]]]
