@@ -21,12 +21,13 @@ def store(
 ) -> StoreReply:
     """memory::store's handler in its own transaction; fields are StoreRequest's (snake_case)."""
     with conn:
-        return store_handler(
+        reply = store_handler(
             conn,
             StoreRequest(agent_id=agent, content=content, **fields),
             now=now,
             max_content_bytes=MAX_CONTENT_BYTES,
         )
+    return reply
 
 
 def rows(conn: apsw.Connection, sql: str, *params: object) -> list[tuple[Any, ...]]:
