@@ -1,0 +1,34 @@
+"""What handler tests share: a fixed `now`, and writes made the way the writer makes them (one
+transaction per call)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apsw
+
+from handlers.store import store as store_handler
+from schema.memory import StoreReply, StoreRequest
+
+NOW = 1_700_000_000_000
+DAY = 86_400_000
+WEEK = 7 * DAY
+MAX_CONTENT_BYTES = 524_288  # the worker's default
+
+
+def store(
+    conn: apsw.Connection, agent: str, content: str, *, now: int = NOW, **fields: Any
+) -> StoreReply:
+    """memory::store's handler in its own transaction; fields are StoreRequest's (snake_case)."""
+    with conn:
+        reply = store_handler(
+            conn,
+            StoreRequest(agent_id=agent, content=content, **fields),
+            now=now,
+            max_content_bytes=MAX_CONTENT_BYTES,
+        )
+    return reply
+
+
+def rows(conn: apsw.Connection, sql: str, *params: object) -> list[tuple[Any, ...]]:
+    return [tuple(row) for row in conn.execute(sql, params)]
