@@ -21,7 +21,7 @@ from tests.conftest import worker_config
 from tests.support import Client
 from worker.app import App
 from worker.db import migrate, open_db
-from worker.index import MemoryIndex, install_change_log, take_changes
+from worker.index import MemoryIndex, Snapshot, install_change_log, take_changes
 from worker.readers import Readers
 
 
@@ -212,6 +212,38 @@ def test_a_recall_that_waited_for_an_overtaken_load_loads_afresh(tmp_path: Path)
     index = MemoryIndex(Readers(path), open_reader=open_reader, max_bytes=10**9, clock=lambda: 3)
     assert rows_of(index) == 20
     assert second.finish() == [21] and len(opened) == 2
+
+
+async def test_snapshots_of_an_agent_being_loaded_share_one_load_and_hold_no_reader_thread(
+    tmp_path: Path,
+) -> None:
+    """Eight recalls of an agent being loaded, on a pool of two reader threads, cause one load
+    between them and hold one thread, not both: a recall of a loaded agent answers meanwhile."""
+    path = tmp_path / "memory.db"
+    filled_db(path, ("a", "b"), 20).close()
+    opened: list[int] = []
+
+    def slow_reader() -> apsw.Connection:
+        opened.append(1)
+        time.sleep(0.5)
+        return open_db(path)
+
+    def rows(_: apsw.Connection, found: Snapshot) -> int:
+        return found.columns.rows
+
+    readers = Readers(path, threads=2)
+    index = MemoryIndex(readers, max_bytes=10**9, clock=lambda: 3, open_reader=slow_reader)
+    try:
+        assert await index.with_snapshot("b", rows) == 20
+        slow = [asyncio.ensure_future(index.with_snapshot("a", rows)) for _ in range(8)]
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        assert await index.with_snapshot("b", rows) == 20
+        assert time.monotonic() - started < 0.3 and not any(task.done() for task in slow)
+        assert await asyncio.gather(*slow) == [20] * 8
+    finally:
+        readers.close()
+    assert len(opened) == 2  # "b", then "a" once
 
 
 async def test_recalls_of_other_agents_go_on_while_one_agent_loads(
