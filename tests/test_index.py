@@ -21,7 +21,8 @@ from tests.conftest import worker_config
 from tests.support import Client
 from worker.app import App
 from worker.db import migrate, open_db
-from worker.index import MemoryIndex, install_change_log, take_changes
+from worker.index import MemoryIndex, Snapshot, install_change_log, take_changes
+from worker.readers import Readers
 
 
 def filled_db(path: Path, agents: tuple[str, ...], count: int) -> apsw.Connection:
@@ -38,7 +39,7 @@ def filled_db(path: Path, agents: tuple[str, ...], count: int) -> apsw.Connectio
 
 
 def columns_of(index: MemoryIndex, agent_id: str) -> Columns:
-    return index.snapshot(index.agent(agent_id))
+    return index.snapshot(agent_id).columns
 
 
 def readers_calling(
@@ -69,12 +70,12 @@ def test_least_recently_used_agents_leave_when_over_budget_and_reload_on_demand(
 ) -> None:
     path = tmp_path / "memory.db"
     conn = filled_db(path, ("a", "b", "c"), 300)
-    index = MemoryIndex(lambda: open_db(path), max_bytes=1, clock=lambda: 1)
+    index = MemoryIndex(Readers(path), max_bytes=1, clock=lambda: 1)
     assert columns_of(index, "a").rows == 300 and index.loaded_agents() == 1
     columns_of(index, "b")
     assert index.loaded_agents() == 1  # "a" left to make room
     assert columns_of(index, "a").rows == 300
-    roomy = MemoryIndex(lambda: open_db(path), max_bytes=10**9, clock=lambda: 1)
+    roomy = MemoryIndex(Readers(path), max_bytes=10**9, clock=lambda: 1)
     for agent in ("a", "b", "c"):
         columns_of(roomy, agent)
     assert roomy.loaded_agents() == 3
@@ -111,7 +112,7 @@ def test_writes_committed_during_a_load_are_applied_without_waiting_for_it(
         assert applied.is_set(), "apply waited for the load"
 
     open_reader, _ = readers_calling(path, write_from_another_thread)
-    index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
+    index = MemoryIndex(Readers(path), open_reader=open_reader, max_bytes=10**9, clock=lambda: 3)
     columns = columns_of(index, "a")
     assert applied.is_set()
     live = {columns.ids[int(row)] for row in np.flatnonzero(columns.live[: columns.rows])}
@@ -132,7 +133,7 @@ def test_a_load_overtaken_by_another_processs_write_is_used_once_and_not_kept(
     filled_db(path, ("a",), 20).close()
 
     open_reader, _ = readers_calling(path, lambda: index.forget_all())
-    index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
+    index = MemoryIndex(Readers(path), open_reader=open_reader, max_bytes=10**9, clock=lambda: 3)
     assert columns_of(index, "a").rows == 20
     assert index.loaded_agents() == 0
 
@@ -165,7 +166,7 @@ def test_recalls_that_need_an_agent_being_loaded_wait_for_that_load_not_a_second
     filled_db(path, ("a",), 20).close()
     second = SecondRecall(lambda: index)
     open_reader, opened = readers_calling(path, second.start)
-    index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
+    index = MemoryIndex(Readers(path), open_reader=open_reader, max_bytes=10**9, clock=lambda: 3)
     assert rows_of(index) == 20
     assert second.finish() == [20] and len(opened) == 1
 
@@ -183,7 +184,7 @@ def test_when_a_load_fails_a_recall_that_waited_for_it_loads_again(tmp_path: Pat
             raise RuntimeError("disk on fire")
         return open_db(path)
 
-    index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
+    index = MemoryIndex(Readers(path), open_reader=open_reader, max_bytes=10**9, clock=lambda: 3)
     with pytest.raises(RuntimeError):
         index.agent("a")
     assert second.finish() == [20] and len(opened) == 2
@@ -208,9 +209,41 @@ def test_a_recall_that_waited_for_an_overtaken_load_loads_afresh(tmp_path: Path)
         index.forget_all()  # what the writer does when data_version moves
 
     open_reader, opened = readers_calling(path, another_process_writes)
-    index = MemoryIndex(open_reader, max_bytes=10**9, clock=lambda: 3)
+    index = MemoryIndex(Readers(path), open_reader=open_reader, max_bytes=10**9, clock=lambda: 3)
     assert rows_of(index) == 20
     assert second.finish() == [21] and len(opened) == 2
+
+
+async def test_snapshots_of_an_agent_being_loaded_share_one_load_and_hold_no_reader_thread(
+    tmp_path: Path,
+) -> None:
+    """Eight recalls of an agent being loaded, on a pool of two reader threads, cause one load
+    between them and hold one thread, not both: a recall of a loaded agent answers meanwhile."""
+    path = tmp_path / "memory.db"
+    filled_db(path, ("a", "b"), 20).close()
+    opened: list[int] = []
+
+    def slow_reader() -> apsw.Connection:
+        opened.append(1)
+        time.sleep(0.5)
+        return open_db(path)
+
+    def rows(_: apsw.Connection, found: Snapshot) -> int:
+        return found.columns.rows
+
+    readers = Readers(path, threads=2)
+    index = MemoryIndex(readers, max_bytes=10**9, clock=lambda: 3, open_reader=slow_reader)
+    try:
+        assert await index.with_snapshot("b", rows) == 20
+        slow = [asyncio.ensure_future(index.with_snapshot("a", rows)) for _ in range(8)]
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        assert await index.with_snapshot("b", rows) == 20
+        assert time.monotonic() - started < 0.3 and not any(task.done() for task in slow)
+        assert await asyncio.gather(*slow) == [20] * 8
+    finally:
+        readers.close()
+    assert len(opened) == 2  # "b", then "a" once
 
 
 async def test_recalls_of_other_agents_go_on_while_one_agent_loads(
@@ -248,3 +281,33 @@ async def test_recalls_of_other_agents_go_on_while_one_agent_loads(
     finally:
         await nc.close()
         await app.stop()
+
+
+def test_a_commit_after_another_processs_write_drops_the_index_which_reloads_it(
+    tmp_path: Path,
+) -> None:
+    """The writer's `after_commit` applies its own changes in place, but when another process
+    wrote the file (its `data_version` moved) it drops every agent, and the next recall reads
+    the file as it is now."""
+    path = tmp_path / "memory.db"
+    writer = filled_db(path, ("a",), 20)
+    index = MemoryIndex(Readers(path), max_bytes=10**9, clock=lambda: 3)
+    index.attach(writer)
+    assert rows_of(index) == 20
+    with writer:
+        writer.execute("UPDATE memories SET importance = 0.9 WHERE content = 'a note 1'")
+    index.after_commit(writer)
+    assert index.loaded_agents() == 1
+    other_process = open_db(path)
+    with other_process:
+        insert_memory(
+            other_process, agent_id="a", content="from elsewhere", role="user",
+            now=2, timestamp=2, importance=0.5,
+        )  # fmt: skip
+    other_process.close()
+    with writer:
+        pass  # the worker's idle commit (App._watch_other_writers)
+    index.after_commit(writer)
+    assert index.loaded_agents() == 0
+    assert rows_of(index) == 21
+    writer.close()

@@ -1,7 +1,9 @@
 """One agent's scoring columns in memory: numpy arrays that recall ranks without SQLite.
 
 Rows are appended, never moved, so that a snapshot (`columns()`) taken under the index lock stays
-valid while later writes append past its `rows`; a deleted row is masked until the next load.
+valid while later writes append past its `rows`; a deleted row is masked until the next load. A
+rescore, a new vector and a deletion write a row's slots in place, under a snapshot in use:
+worker/index.py's `Snapshot` says what a ranking can see of that.
 """
 
 from __future__ import annotations
@@ -147,7 +149,8 @@ class AgentIndex:
             self.dead += 1
 
     def columns(self) -> Columns:
-        """A snapshot to rank without the lock: appends after it lie beyond its `rows`."""
+        """A snapshot to rank without the lock: appends after it lie beyond its `rows`; rows
+        below it share their slots with later in-place writes (worker/index.Snapshot)."""
         return Columns(
             rows=len(self.ids),
             ids=self.ids,

@@ -32,7 +32,7 @@ from worker.embedders import Embedder, NoEmbedder
 from worker.embedders.bus import BusEmbedder
 from worker.embedders.hashing import HashingModel
 from worker.embedders.local import BatchingEmbedder, LocalModel
-from worker.index import MemoryIndex, install_change_log, take_changes
+from worker.index import MemoryIndex
 from worker.ingest import Ingest
 from worker.metrics import MetricsServer
 from worker.readers import Readers
@@ -86,7 +86,6 @@ class App:
         self._conn: apsw.Connection | None = None
         self._writer: Writer | None = None
         self._readers: Readers | None = None
-        self._data_version = 0
         self.connection_lost = asyncio.Event()
 
     @property
@@ -99,17 +98,16 @@ class App:
         # request; Python's default 5 ms switch interval would add up to that to a recall.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         db_path = Path(config.db_path)
+        readers = Readers(db_path)
+        index = MemoryIndex(readers, config.index_memory_mb * 1024 * 1024, wall_clock_ms)
         try:
             self._conn = conn = open_db(db_path, synchronous=config.synchronous)
             await _quick_check(conn, db_path)
             migrate(conn)
-            install_change_log(conn)
-            self._data_version = int(conn.pragma("data_version"))
+            index.attach(conn)
         except apsw.Error as error:
             raise unusable(db_path, error) from None
-        readers = Readers(db_path)
-        index = MemoryIndex(readers.fresh, config.index_memory_mb * 1024 * 1024, wall_clock_ms)
-        self._writer = writer = Writer(conn, after_commit=lambda c: self._catch_up(c, index))
+        self._writer = writer = Writer(conn, after_commit=index.after_commit)
         self._readers = readers
         writer.start()
         if not config.nats_url:
@@ -172,20 +170,9 @@ class App:
         assert self.dispatcher is not None
         return await self.dispatcher.handle(trigger, request, source="schedule")
 
-    def _catch_up(self, conn: apsw.Connection, index: MemoryIndex) -> None:
-        """After each commit: apply this worker's changes, and drop the index if another process
-        wrote to the file (its changes are not in our change log)."""
-        try:
-            index.apply(conn, take_changes(conn))
-            version = int(conn.pragma("data_version"))
-            if version != self._data_version:
-                self._data_version = version
-                index.forget_all()
-        except Exception as error:
-            log.error("index.catch_up_failed", error=type(error).__name__)
-            index.forget_all()
-
     async def _watch_other_writers(self) -> None:
+        """An empty commit each second, so that the index notices another process's write
+        (`MemoryIndex.after_commit`) even when this worker writes nothing."""
         assert self.services is not None
         while True:
             await asyncio.sleep(1.0)

@@ -36,6 +36,7 @@ from schema.stats import JobFigures, StatsReply, StatsRequest, TriggerFigures
 from worker.backfill import DEFER_AT
 from worker.db import DAMAGED
 from worker.embedders import Vector
+from worker.index import Snapshot
 from worker.llm import summarise
 from worker.maintenance import run_figures
 from worker.services import Services
@@ -64,33 +65,20 @@ async def store(s: Services, req: StoreRequest) -> StoreReply:
 def _recall(
     s: Services,
     conn: apsw.Connection,
+    found: Snapshot,
     req: RecallRequest,
-    now: int,
     query_vector: tuple[str, Vector] | None,
-) -> RecallReply:
-    """On a reader thread: rank a snapshot of the agent's columns, count the accesses in the
-    index, and read the winners' rows."""
-    found = s.index.agent(req.agent_id)
+) -> tuple[RecallReply, int]:
+    """On a reader thread: rank the snapshot of the agent's columns, count the accesses in the
+    index, and read the winners' rows; the reply and the time it was ranked at."""
+    now = s.clock()
     ranked = recall_handler.rank(
-        s.index.snapshot(found), req, now=now, query_vector=query_vector,
-        keyword_mode=s.keyword_mode,
-    )  # fmt: skip
+        found.columns, req, now=now, query_vector=query_vector, keyword_mode=s.keyword_mode
+    )
     if not ranked:
-        return RecallReply(memories=[])
-    counts = s.index.count_access(found, [memory_id for memory_id, _ in ranked])
-    return recall_handler.recalled_memories(conn, req.agent_id, ranked, counts, now=now)
-
-
-async def _load_agent(s: Services, agent_id: str) -> None:
-    """Load the agent's index on a reader thread; recalls that need it meanwhile await the same
-    load here, on the event loop, rather than each holding a reader thread while it runs, so
-    that recalls of other agents still find a free one."""
-    load = s.index_loads.get(agent_id)
-    if load is None:
-        load = asyncio.ensure_future(s.readers.run(lambda _: s.index.agent(agent_id)))
-        s.index_loads[agent_id] = load
-        load.add_done_callback(lambda _: s.index_loads.pop(agent_id, None))
-    await asyncio.shield(load)
+        return RecallReply(memories=[]), now
+    counts = found.count_access([memory_id for memory_id, _ in ranked])
+    return recall_handler.recalled_memories(conn, req.agent_id, ranked, counts, now=now), now
 
 
 async def recall(s: Services, req: RecallRequest) -> RecallReply:
@@ -101,10 +89,9 @@ async def recall(s: Services, req: RecallRequest) -> RecallReply:
     if req.query.strip():
         [vector] = await s.embedder.embed([req.query], query=True)
         query_vector = None if vector is None else (s.embedder.name, vector)
-    if not s.index.is_loaded(req.agent_id):
-        await _load_agent(s, req.agent_id)
-    now = s.clock()
-    reply = await s.readers.run(lambda conn: _recall(s, conn, req, now, query_vector))
+    reply, now = await s.index.with_snapshot(
+        req.agent_id, lambda conn, found: _recall(s, conn, found, req, query_vector)
+    )
     if reply.memories:
         ids = [memory.id for memory in reply.memories]
         persist = asyncio.create_task(

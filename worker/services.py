@@ -103,8 +103,6 @@ class Services:
     backfill: Backfill | None = None
     clock: Callable[[], int] = wall_clock_ms
     background: set[asyncio.Task[Any]] = field(default_factory=set)
-    # Index loads in progress, by agent, for recalls to share (worker/routes.py).
-    index_loads: dict[str, asyncio.Future[Any]] = field(default_factory=dict)
     # Filled in by the app once dispatch and the scheduler exist; read by memory::stats.
     trigger_stats: dict[str, TriggerStats] = field(default_factory=dict)
     jobs: dict[str, JobRecord] = field(default_factory=dict)
