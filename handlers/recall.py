@@ -1,7 +1,8 @@
 """memory::recall: the contract's hybrid score, exact over all of an agent's memories.
 
-Ranking reads an agent's scoring columns (kept in memory by worker/index.py) and needs no
-database; marking the winners as accessed is a small write that also returns their full rows.
+Ranking reads an agent's scoring columns (kept in memory by worker/recall_index/index.py) and
+needs no database; marking the winners as accessed is a small write that also returns their
+full rows.
 """
 
 from __future__ import annotations

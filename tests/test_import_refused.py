@@ -9,7 +9,7 @@ import pytest
 
 from worker.config import load_config
 from worker.db import migrate, open_db
-from worker.transfer import import_command
+from worker.transfer.commands import import_command
 
 
 def refuse(tmp_path: Path, db: Path, content: bytes | None) -> str:

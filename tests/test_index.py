@@ -21,8 +21,8 @@ from tests.conftest import worker_config
 from tests.support import Client
 from worker.app import App
 from worker.db import migrate, open_db
-from worker.index import MemoryIndex, Snapshot, install_change_log, take_changes
 from worker.readers import Readers
+from worker.recall_index.index import MemoryIndex, Snapshot, install_change_log, take_changes
 
 
 def filled_db(path: Path, agents: tuple[str, ...], count: int) -> apsw.Connection:

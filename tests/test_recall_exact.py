@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from handlers.recall import KeywordMode, rank
 from handlers.text import STOPWORDS, stem
 from schema.memory import RecallRequest
-from worker.agent_index import AgentIndex, Row
+from worker.recall_index.agent_index import AgentIndex, Row
 
 WORDS = ["cat", "cats", "category", "dog", "the", "and", "deploy", "Deploying", "deployed", "key"]
 WORDS += ["rotates", "über", "a1"]

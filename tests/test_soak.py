@@ -19,7 +19,7 @@ import nats
 import pytest
 
 from tests.support import Client
-from worker.bench import rss_mb
+from worker.bench.command import rss_mb
 
 CLIENTS = 32
 SECONDS = float(os.environ.get("MEMORY_WORKER_SOAK_SECONDS", "120"))

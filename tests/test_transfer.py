@@ -23,7 +23,7 @@ from tests.support import Client
 from worker.app import App
 from worker.config import load_config
 from worker.db import migrate, open_db
-from worker.transfer import (
+from worker.transfer.commands import (
     ImportResult,
     ProgressBar,
     TransferError,

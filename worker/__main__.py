@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     stats.add_argument("--json", action="store_true", help="the memory::stats reply as JSON")
     _client(commands, "check", "exit 0 if a memory worker answers $SRV.PING and is healthy", 3.0)
     bench = commands.add_parser("bench", help="measure latency, throughput, RSS and quality")
-    from worker.bench import add_arguments
+    from worker.bench.command import add_arguments
 
     add_arguments(bench)
     backup = commands.add_parser("backup", help="copy the live database consistently to PATH")
@@ -118,15 +118,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"backed up {config.db_path} to {args.path} ({pages} pages)", file=sys.stderr)
         return 0
     if args.command == "bench":
-        from worker.bench import main as bench_main
+        from worker.bench.command import main as bench_main
 
         return bench_main(args)
     if args.command == "export":
-        from worker.transfer import export_command
+        from worker.transfer.commands import export_command
 
         return export_command(config, args)
     if args.command == "import":
-        from worker.transfer import import_command
+        from worker.transfer.commands import import_command
 
         return import_command(config, args)
     if args.command == "migrate":

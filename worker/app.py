@@ -22,7 +22,6 @@ import structlog
 
 from scheduler.jobs import default_jobs
 from scheduler.runner import Scheduler
-from worker.backfill import Backfill
 from worker.bus import MemoryService, connect
 from worker.config import Config
 from worker.db import DatabaseUnusable, migrate, open_db, quick_check, unusable
@@ -32,10 +31,11 @@ from worker.embedders import Embedder, NoEmbedder
 from worker.embedders.bus import BusEmbedder
 from worker.embedders.hashing import HashingModel
 from worker.embedders.local import BatchingEmbedder, LocalModel
-from worker.index import MemoryIndex
 from worker.ingest import Ingest
 from worker.metrics import MetricsServer
 from worker.readers import Readers
+from worker.recall_index.backfill import Backfill
+from worker.recall_index.index import MemoryIndex
 from worker.redact import redact
 from worker.registry import ROUTES
 from worker.services import Services, wall_clock_ms

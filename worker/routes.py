@@ -33,18 +33,19 @@ from schema.session import (
     SessionListRequest,
 )
 from schema.stats import JobFigures, StatsReply, StatsRequest, TriggerFigures
-from worker.backfill import DEFER_AT
 from worker.db import DAMAGED
 from worker.embedders import Vector
-from worker.index import Snapshot
 from worker.llm import summarise
 from worker.maintenance import run_figures
+from worker.recall_index.backfill import DEFER_AT
+from worker.recall_index.index import Snapshot
 from worker.services import Services
 
 
 async def store(s: Services, req: StoreRequest) -> StoreReply:
     """Embeds, then commits; when the model is a batch behind, commits first and leaves the
-    vector to the backfill (worker/backfill.py), so that a burst of stores does not queue."""
+    vector to the backfill (worker/recall_index/backfill.py), so that a burst of stores does not
+    queue."""
     limit = s.config.max_content_bytes
     check_store(req, limit)
     deferred = s.backfill is not None and s.embedder.backlog() >= DEFER_AT

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from handlers.recall import KeywordMode
-from worker.backfill import Backfill
 from worker.config import Config
 from worker.embedders import Embedder
-from worker.index import MemoryIndex
 from worker.readers import Readers
+from worker.recall_index.backfill import Backfill
+from worker.recall_index.index import MemoryIndex
 from worker.writer import Writer
 
 

@@ -10,7 +10,7 @@ from handlers.recall import Columns, rank
 from handlers.stats import database_counts
 from schema.memory import RecallRequest
 from tests.handlers.support import NOW, WEEK, store
-from worker.agent_index import ROW_SQL, AgentIndex
+from worker.recall_index.agent_index import ROW_SQL, AgentIndex
 
 
 def test_database_counts_count_agents_memories_vectors_graph_and_sessions(

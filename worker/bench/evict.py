@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from worker.bench_client import BenchClient, percentiles
-from worker.bench_corpus import Corpus
+from worker.bench.client import BenchClient, percentiles
+from worker.bench.corpus import Corpus
 
 EVICT_AGENT = "bench-evict"
 BYSTANDER = "bench-bystander"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import apsw
 
 from handlers.session_refs import read_messages, write_messages
-from worker.transfer_stage import MEMORY_COLUMNS, STAGE_SQL, STAGE_TABLES, stage
+from worker.transfer.staging import MEMORY_COLUMNS, STAGE_SQL, STAGE_TABLES, stage
 
 REMAP_SQL = """
 UPDATE temp.transfer_messages SET memory_id = kept.id

@@ -4,7 +4,7 @@ A file is a header, then per agent its memories, sessions, entities and relation
 `end` record carrying the count of records between the two, so that a file cut short by a full
 disk or a killed pipe is refused on import instead of half-applied. Every column travels
 (scores, counters, embeddings), so an imported agent recalls exactly as it did at export time.
-Import lives in worker/transfer_import.py, the two commands in worker/transfer.py.
+Import lives in worker/transfer/importing.py, the two commands in worker/transfer/commands.py.
 """
 
 from __future__ import annotations

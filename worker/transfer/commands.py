@@ -1,7 +1,7 @@
 """`memory-worker export` and `memory-worker import`: the commands around the transfer functions.
 
-The format and export are in worker/transfer_export.py, import in worker/transfer_import.py;
-this module re-exports their public names so that callers need only `worker.transfer`.
+The format and export are in worker/transfer/exporting.py, import in worker/transfer/importing.py;
+this module re-exports their public names so that callers need only `worker.transfer.commands`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import apsw
 from worker.config import Config
 from worker.db import DatabaseTooNew, migrate, migrations, open_db
 from worker.services import wall_clock_ms
-from worker.transfer_export import TransferError, export_jsonl
-from worker.transfer_import import ImportResult, import_jsonl
+from worker.transfer.exporting import TransferError, export_jsonl
+from worker.transfer.importing import ImportResult, import_jsonl
 
 __all__ = [
     "ImportResult",

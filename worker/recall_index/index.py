@@ -29,8 +29,8 @@ import apsw
 import structlog
 
 from handlers.recall import Columns
-from worker.agent_index import ROW_SQL, AgentIndex
 from worker.readers import Readers
+from worker.recall_index.agent_index import ROW_SQL, AgentIndex
 
 log = structlog.get_logger()
 T = TypeVar("T")

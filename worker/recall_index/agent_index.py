@@ -3,7 +3,7 @@
 Rows are appended, never moved, so that a snapshot (`columns()`) taken under the index lock stays
 valid while later writes append past its `rows`; a deleted row is masked until the next load. A
 rescore, a new vector and a deletion write a row's slots in place, under a snapshot in use:
-worker/index.py's `Snapshot` says what a ranking can see of that.
+worker/recall_index/index.py's `Snapshot` says what a ranking can see of that.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from handlers.recall import ROLE_CODES, Columns, growth, static_part
 from handlers.text import tokens
-from worker.postings import GrowingPostings, PostingLists
+from worker.recall_index.postings import GrowingPostings, PostingLists
 
 ROW_SQL = (
     "SELECT id, role, session_id, timestamp, importance, confidence, embedding, "

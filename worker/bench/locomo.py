@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from worker.bench_client import BenchClient
+from worker.bench.client import BenchClient
 
 CATEGORIES = (1, 2, 3, 4)
 DATE_FORMAT = "%I:%M %p on %d %B, %Y"

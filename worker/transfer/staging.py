@@ -1,7 +1,7 @@
 """Reading an export file into TEMP tables, checking every line, before anything is applied.
 
 Temp tables belong to this connection alone, so reading a long file takes no lock on the
-database; worker/transfer_import.py applies what was staged in one short transaction.
+database; worker/transfer/importing.py applies what was staged in one short transaction.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import apsw
 import msgspec
 
 from handlers.store import content_hash
-from worker.transfer_export import (
+from worker.transfer.exporting import (
     VERSION,
     AnyRecord,
     End,

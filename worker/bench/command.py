@@ -22,10 +22,10 @@ from typing import Any
 
 import nats
 
-from worker.bench_client import BenchClient, percentiles
-from worker.bench_corpus import Corpus
-from worker.bench_evict import eviction_rows, measure_eviction
-from worker.bench_locomo import measure_locomo
+from worker.bench.client import BenchClient, percentiles
+from worker.bench.corpus import Corpus
+from worker.bench.evict import eviction_rows, measure_eviction
+from worker.bench.locomo import measure_locomo
 from worker.embedded import EmbeddedServer
 
 AGENT = "bench-agent"
@@ -165,7 +165,7 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         env["MEMORY_WORKER_EMBEDDER"] = args.embedder
         if args.keyword:
             env["MEMORY_WORKER_KEYWORD"] = args.keyword
-        echo = _spawn([sys.executable, "-m", "worker.bench_echo", url], env)
+        echo = _spawn([sys.executable, "-m", "worker.bench.echo", url], env)
         worker = None if args.nats_url else _spawn([sys.executable, "-m", "worker", "run"], env)
         try:
             results = await measure(args, url, None if worker is None else worker.pid)

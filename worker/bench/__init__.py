@@ -1,0 +1,1 @@
+"""`memory-worker bench`: the command, its client, corpus, echo floor, eviction and LoCoMo."""

@@ -1,0 +1,1 @@
+"""Moving agents between databases: `export` and `import` as JSON Lines."""
