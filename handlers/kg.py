@@ -14,9 +14,9 @@ import apsw
 import msgspec
 from msgspec import UNSET
 
-from handlers.store import check_nesting
 from schema.errors import InvalidRequest, PayloadTooLarge
 from schema.kg import EntityOut, KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest, RelationOut
+from schema.limits import check_nesting
 
 MAX_RELATIONS = 1000
 MAX_PROPERTIES_BYTES = 64 * 1024

@@ -13,9 +13,9 @@ from msgspec import UNSET
 
 from handlers.session_refs import append_message
 from schema.errors import InvalidRequest, PayloadTooLarge
+from schema.limits import MAX_METADATA_BYTES, check_nesting
 from schema.memory import StoreReply, StoreRequest
 
-MAX_METADATA_BYTES = 16 * 1024
 ATTENTION_WORDS = ("error", "bug", "fix", "critical")
 Embedding = tuple[str, np.ndarray[Any, np.dtype[np.float32]]]
 
@@ -36,31 +36,6 @@ def estimate_importance(content: str, role: str) -> float:
     if "```" in content:
         importance += 0.1
     return min(1.0, importance)
-
-
-MAX_NESTING = 64
-
-
-def nesting_depth(value: Any) -> int:
-    """How deeply objects and arrays nest in a decoded JSON value (a scalar is 0)."""
-    deepest = 0
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = (
-            item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        )
-        if children is None:
-            continue
-        deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def check_nesting(value: Any, field: str) -> None:
-    """A fixed, documented limit rather than wherever the decoder's recursion gives out."""
-    if nesting_depth(value) > MAX_NESTING:
-        raise InvalidRequest(f"nested deeper than {MAX_NESTING} levels (at `{field}`)")
 
 
 def check_store(req: StoreRequest, max_content_bytes: int) -> None:
@@ -163,53 +138,3 @@ def store(
         embedding=embedding,
     )
     return StoreReply(id=memory_id, stored=not deduplicated, deduplicated=deduplicated)
-
-
-def _lacking(model: str | None) -> tuple[str, tuple[str, ...]]:
-    """SQL for a memory lacking a vector; with `model`, one of another model counts as lacking."""
-    if model is None:
-        return "embedding IS NULL", ()
-    return "(embedding IS NULL OR embedding_model IS NOT ?)", (model,)
-
-
-def vectorless(
-    conn: apsw.Connection, agent_id: str, limit: int, model: str | None = None
-) -> list[tuple[str, str]]:
-    """(id, content) of up to `limit` of the agent's memories without a vector (of `model`)."""
-    lacking, params = _lacking(model)
-    return [
-        (row[0], row[1])
-        for row in conn.execute(
-            f"SELECT id, content FROM memories WHERE agent_id = ? AND {lacking} "
-            "ORDER BY created_at DESC LIMIT ?",
-            (agent_id, *params, limit),
-        )
-    ]
-
-
-def missing_vector_agents(conn: apsw.Connection, model: str | None = None) -> list[str]:
-    """Agents with at least one memory without a vector (of `model`)."""
-    lacking, params = _lacking(model)
-    return [
-        str(row[0])
-        for row in conn.execute(f"SELECT DISTINCT agent_id FROM memories WHERE {lacking}", params)
-    ]
-
-
-def set_embeddings(
-    conn: apsw.Connection,
-    agent_id: str,
-    model: str,
-    vectors: list[tuple[str, np.ndarray[Any, np.dtype[np.float32]]]],
-    replace: bool = False,
-) -> None:
-    """Fill in vectors for memories that still have none (with `replace`, none of `model`)."""
-    lacking, params = _lacking(model if replace else None)
-    conn.executemany(
-        f"UPDATE memories SET embedding = ?, embedding_model = ? "
-        f"WHERE id = ? AND agent_id = ? AND {lacking}",
-        [
-            (vector.astype(np.float32).tobytes(), model, memory_id, agent_id, *params)
-            for memory_id, vector in vectors
-        ],
-    )

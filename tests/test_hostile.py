@@ -27,9 +27,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from handlers.store import MAX_METADATA_BYTES, check_store
+from handlers.store import check_store
 from schema.base import ID_PATTERN
 from schema.errors import WorkerError, one_line
+from schema.limits import MAX_METADATA_BYTES
 from schema.memory import StoreRequest
 from tests.conftest import worker_config
 from tests.support import Client, Reply

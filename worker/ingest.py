@@ -45,7 +45,6 @@ class Ingest:
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._subscription: Any = None
-        self.processed = 0
 
     async def start(self) -> None:
         await _ensure_stream(
@@ -97,7 +96,6 @@ class Ingest:
         outcome = await self._dispatcher.handle(trigger, message.data, source="ingest")
         if outcome.error is None:
             await message.ack()
-            self.processed += 1
         elif outcome.error.status.startswith("4"):
             await self._dead(message, outcome.error.status, outcome.error.message)
         else:

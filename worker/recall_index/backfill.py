@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from handlers.store import missing_vector_agents, set_embeddings, vectorless
+from handlers.backfill import missing_vector_agents, set_embeddings, vectorless
 from worker.embedders import Embedder
 from worker.readers import Readers
 from worker.writer import Writer
@@ -56,9 +56,6 @@ class Backfill:
     def add(self, agent_id: str) -> None:
         self._agents[agent_id] = None
         self._wake.set()
-
-    def pending_agents(self) -> int:
-        return len(self._agents)
 
     async def _run(self) -> None:
         try:

@@ -1,0 +1,59 @@
+"""The backfill's reads and writes: memories still without a vector (of the running model), and
+filling theirs in. The worker's backfill (worker/recall_index/backfill.py) decides when."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apsw
+import numpy as np
+
+
+def _lacking(model: str | None) -> tuple[str, tuple[str, ...]]:
+    """SQL for a memory lacking a vector; with `model`, one of another model counts as lacking."""
+    if model is None:
+        return "embedding IS NULL", ()
+    return "(embedding IS NULL OR embedding_model IS NOT ?)", (model,)
+
+
+def vectorless(
+    conn: apsw.Connection, agent_id: str, limit: int, model: str | None = None
+) -> list[tuple[str, str]]:
+    """(id, content) of up to `limit` of the agent's memories without a vector (of `model`)."""
+    lacking, params = _lacking(model)
+    return [
+        (row[0], row[1])
+        for row in conn.execute(
+            f"SELECT id, content FROM memories WHERE agent_id = ? AND {lacking} "
+            "ORDER BY created_at DESC LIMIT ?",
+            (agent_id, *params, limit),
+        )
+    ]
+
+
+def missing_vector_agents(conn: apsw.Connection, model: str | None = None) -> list[str]:
+    """Agents with at least one memory without a vector (of `model`)."""
+    lacking, params = _lacking(model)
+    return [
+        str(row[0])
+        for row in conn.execute(f"SELECT DISTINCT agent_id FROM memories WHERE {lacking}", params)
+    ]
+
+
+def set_embeddings(
+    conn: apsw.Connection,
+    agent_id: str,
+    model: str,
+    vectors: list[tuple[str, np.ndarray[Any, np.dtype[np.float32]]]],
+    replace: bool = False,
+) -> None:
+    """Fill in vectors for memories that still have none (with `replace`, none of `model`)."""
+    lacking, params = _lacking(model if replace else None)
+    conn.executemany(
+        f"UPDATE memories SET embedding = ?, embedding_model = ? "
+        f"WHERE id = ? AND agent_id = ? AND {lacking}",
+        [
+            (vector.astype(np.float32).tobytes(), model, memory_id, agent_id, *params)
+            for memory_id, vector in vectors
+        ],
+    )
