@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from worker.config import Config
+from worker.outgoing import error_reply
 from worker.redact import redact
 
 Render = Callable[[str], str]
@@ -76,7 +77,7 @@ async def _request(config: Config, url: str, subject: str, body: bytes, timeout:
         ) from None
     finally:
         await nc.close()
-    return Answer(msg.data, bool(msg.headers and msg.headers.get("Nats-Service-Error-Code")))
+    return Answer(msg.data, error_reply(msg) is not None)
 
 
 def call(config: Config, url: str, subject: str, body: bytes, timeout: float) -> Answer | Exit:

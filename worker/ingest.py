@@ -18,6 +18,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType,
 from nats.js.errors import NotFoundError
 
 from worker.dispatch import Dispatcher
+from worker.outgoing import ERROR_CODE, ERROR_TEXT
 
 log = structlog.get_logger()
 INGEST_STREAM = "MEMORY_INGEST"
@@ -103,7 +104,7 @@ class Ingest:
 
     async def _dead(self, message: Any, status: str, reason: str) -> None:
         kind = message.subject.removeprefix(f"{self._prefix}memory.ingest.")
-        headers = {"Nats-Service-Error-Code": status, "Nats-Service-Error": reason}
+        headers = {ERROR_CODE: status, ERROR_TEXT: reason}
         try:
             await self._js.publish(
                 f"{self._prefix}memory.deadletter.{kind}", message.data, headers=headers

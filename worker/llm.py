@@ -10,10 +10,10 @@ import asyncio
 from typing import Any
 
 import msgspec
-import nats.errors
 import structlog
 
 from worker.config import Config
+from worker.outgoing import CallFailed, call
 
 log = structlog.get_logger()
 SUBJECT = "llm.complete"
@@ -60,17 +60,10 @@ async def _complete(nc: Any, config: Config, chunk: str) -> str:
         messages=[LlmMessage("user", chunk)],
     )
     try:
-        msg = await nc.request(SUBJECT, msgspec.json.encode(request), timeout=config.llm_timeout)
-    except nats.errors.NoRespondersError:
-        raise Fallback("no_responder") from None
-    except TimeoutError:  # nats.errors.TimeoutError is one
-        raise Fallback("timeout") from None
-    if msg.headers and msg.headers.get("Nats-Service-Error-Code"):
-        raise Fallback("error_reply")
-    try:
-        content = msgspec.json.decode(msg.data, type=LlmReply).content.strip()
-    except msgspec.DecodeError:  # not JSON, or not {"content": str}
-        raise Fallback("bad_reply") from None
+        reply = await call(nc, SUBJECT, request, LlmReply, config.llm_timeout)
+    except CallFailed as failed:
+        raise Fallback(failed.reason) from None
+    content = reply.content.strip()
     if not content:
         raise Fallback("empty_answer")
     return content

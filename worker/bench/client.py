@@ -10,6 +10,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from worker.outgoing import error_reply
+
 
 def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
     values = np.asarray(samples_ms, dtype=np.float64)
@@ -32,7 +34,7 @@ class BenchClient:
         started = time.perf_counter()
         msg = await self.nc.request(self.prefix + subject, data, timeout=self.timeout)
         elapsed = (time.perf_counter() - started) * 1000
-        if msg.headers and msg.headers.get("Nats-Service-Error-Code"):
+        if error_reply(msg) is not None:
             raise RuntimeError(f"{subject}: {msg.data.decode()}")
         return elapsed, msgspec.json.decode(msg.data) if msg.data else None
 

@@ -11,6 +11,7 @@ import numpy as np
 import structlog
 
 from worker.embedders import Vector, normalise
+from worker.outgoing import CallFailed, call
 
 log = structlog.get_logger()
 
@@ -26,23 +27,21 @@ class BusEmbedder:
         self._nc = nc
         self._timeout = timeout
         self._subject = subject
-        self._decode = msgspec.json.Decoder(EmbeddingReply).decode
         self._in_flight = 0
 
     async def _one(self, text: str) -> Vector | None:
         try:
-            msg = await self._nc.request(
-                self._subject, msgspec.json.encode({"text": text}), timeout=self._timeout
+            reply = await call(
+                self._nc, self._subject, {"text": text}, EmbeddingReply, self._timeout
             )
-            if msg.headers and msg.headers.get("Nats-Service-Error-Code"):
-                raise RuntimeError(msg.headers.get("Nats-Service-Error", "error reply"))
-            values = self._decode(msg.data).embedding
+            values = reply.embedding
             if not values or not all(math.isfinite(v) for v in values):
                 raise ValueError("empty or non-finite embedding")
             vector: Vector = normalise(np.asarray(values, dtype=np.float32))[0]
             return vector
         except Exception as error:
-            log.warning("embedding.failed", service=self._subject, error=type(error).__name__)
+            reason = error.reason if isinstance(error, CallFailed) else type(error).__name__
+            log.warning("embedding.failed", service=self._subject, error=reason)
             return None
 
     async def embed(self, texts: list[str], *, query: bool) -> list[Vector | None]:
