@@ -14,6 +14,7 @@ from pathlib import Path
 
 import apsw
 import nats
+import pytest
 
 from tests.support import Client
 from worker.app import App
@@ -193,3 +194,26 @@ async def test_the_worker_waits_for_a_nats_server_that_is_not_up_yet(tmp_path: P
         await app.stop()
         server.terminate()
         server.wait()
+
+
+@pytest.mark.parametrize(
+    ("payload", "says"),
+    [
+        ('{"agentId": "a", "content": "\\ud800"}', "lone surrogate"),
+        (
+            '{"agentId": "a", "content": "c", "metadata": ' + '{"a": ' * 2000 + "1" + "}" * 2001,
+            "nested",
+        ),
+    ],
+)
+async def test_fire_sends_valid_json_the_worker_refuses_and_prints_its_reply(
+    nats_url: str, worker: App, payload: str, says: str
+) -> None:
+    """A lone surrogate or deep nesting is JSON: `fire` leaves the verdict to the worker, which
+    names the field (no traceback, no "not JSON"), and exits 1 for its error reply."""
+    done = await asyncio.to_thread(cli, "fire", "memory::store", payload, "--nats-url", nats_url)
+    assert done.returncode == 1, done.stderr
+    error = json.loads(done.stdout)["error"]
+    assert error["code"] == "invalid_request" and says in error["message"]
+    assert "$.content" in error["message"] or "$.metadata" in error["message"]
+    assert "Traceback" not in done.stderr

@@ -41,6 +41,8 @@ WRONG = "Zq9-not-the-password"
             "cannot connect to NATS at nats://alice:s3cret@host:4222: nats: timeout",
             "cannot connect to NATS at nats://alice:***@host:4222: nats: timeout",
         ),
+        ("nats://alice:s3/cret@host:4222", "nats://alice:***@host:4222"),
+        ("nats://tok/en@host:4222", "nats://***@host:4222"),
         ("nats://127.0.0.1:4222", "nats://127.0.0.1:4222"),
         ("mail me at alice@example.com", "mail me at alice@example.com"),
         ("", ""),
@@ -220,3 +222,15 @@ def test_a_refused_nats_url_is_quoted_without_its_password() -> None:
     problem = nats_url_problem("nats://alice:hunter2@127.0.0.1:")
     assert problem is not None and "empty port" in problem
     assert "hunter2" not in problem and "alice:***@" in problem
+
+
+@pytest.mark.parametrize("url", ["nats://alice:s3/cr//et@h:4222", "nats://to#k?en@h:4222"])
+def test_a_password_a_url_cannot_carry_is_refused_without_showing_it(url: str) -> None:
+    """nats-py reads `/`, `?` and `#` as the end of the host, so such a password is refused,
+    and the message shows none of it (`//` inside it would defeat any URL pattern)."""
+    from worker.config import nats_url_problem
+
+    problem = nats_url_problem(url)
+    assert problem is not None and "'nats://***@h:4222'" in problem and "_PASSWORD" in problem
+    for part in ("s3", "cr//et", "to#k", "k?en"):
+        assert part not in problem

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,6 +113,22 @@ def _print_reply(answer: Answer, render: Render) -> Exit:
     return Exit.ERROR_REPLY if answer.failed else Exit.OK
 
 
+def not_json(body: bytes) -> str | None:
+    """Why body is not JSON text, or None. Only the syntax is checked here: what the worker
+    refuses in valid JSON (invalid UTF-8, a lone surrogate, nesting too deep, a NaN) it refuses
+    itself, naming the field, so `fire` sends it and prints that reply."""
+    text = body.decode("utf-8", "surrogateescape")
+    if not text.strip():
+        return None  # an empty request is `{}`
+    try:
+        json.loads(text)
+    except RecursionError:
+        return None
+    except json.JSONDecodeError as error:
+        return str(error)
+    return None
+
+
 def fire(config: Config, args: argparse.Namespace) -> Exit:
     from worker.registry import BY_TRIGGER
 
@@ -121,15 +138,18 @@ def fire(config: Config, args: argparse.Namespace) -> Exit:
             f"memory-worker fire: unknown trigger {args.trigger!r}; one of {known}", file=sys.stderr
         )
         return Exit.USAGE
-    payload = sys.stdin.read() if args.payload == "-" else args.payload
-    try:
-        msgspec.json.decode(payload or "{}")
-    except msgspec.DecodeError as error:
-        print(f"memory-worker fire: the request is not JSON: {error}", file=sys.stderr)
+    body = (
+        sys.stdin.buffer.read()
+        if args.payload == "-"
+        else args.payload.encode("utf-8", "surrogateescape")  # argv as the shell gave it
+    )
+    problem = not_json(body)
+    if problem is not None:
+        print(f"memory-worker fire: the request is not JSON: {problem}", file=sys.stderr)
         return Exit.USAGE
     subject = BY_TRIGGER[args.trigger].subject(config.subject_prefix)
     url = client_url(config, args.nats_url)
-    answer = call(config, url, subject, payload.encode(), args.timeout)
+    answer = call(config, url, subject, body, args.timeout)
     return answer if isinstance(answer, Exit) else _print_reply(answer, lambda text: text)
 
 

@@ -97,6 +97,13 @@ def nats_url_problem(url: str) -> str | None:
     would reach whatever listens there, or hang on nothing. The URL is quoted with its
     password or token masked."""
     shown = repr(redact(url))
+    scheme, _, authority = url.partition("://")
+    secret, at, host = authority.rpartition("@")
+    if at and any(mark in secret for mark in "/?#"):  # shown whole, as no parser reads it
+        return (
+            f"'{scheme}://***@{host}' has `/`, `?` or `#` in its password or token, which a NATS "
+            "URL cannot carry; set MEMORY_WORKER_NATS_USER and _PASSWORD (or _TOKEN) instead"
+        )
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -13,9 +13,9 @@ import re
 from collections.abc import MutableMapping
 from typing import Any
 
-# The userinfo of a URL: from `scheme://` up to the last `@` before the host's end (`/` or
-# whitespace), so that a password holding `@`, `:` or `,` is masked whole.
-USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s]*)@")
+# The userinfo of a URL: from `scheme://` up to the last `@` before whitespace or the next
+# `//` (the next URL of a list), so that a password holding `@`, `:`, `,` or `/` is masked whole.
+USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>(?:[^/\s]|/(?!/))*)@")
 MASK = "***"
 
 
