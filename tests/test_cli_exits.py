@@ -95,7 +95,15 @@ def test_a_request_over_the_servers_max_payload_has_its_own_exit_code(nats_url: 
 
 
 @pytest.mark.parametrize(
-    "url", ["nats://127.0.0.1:", "127.0.0.1:4222", "http://127.0.0.1:4222", "nats://:4222"]
+    "url",
+    [
+        "nats://127.0.0.1:",
+        "127.0.0.1:4222",
+        "http://127.0.0.1:4222",
+        "nats://:4222",
+        "NATS://127.0.0.1:4222",
+        " nats://127.0.0.1:4222",
+    ],
 )
 def test_a_nats_url_without_scheme_host_or_with_an_empty_port_is_refused(url: str) -> None:
     """nats-py would read these as some other server; the command refuses them (64)."""

@@ -109,7 +109,9 @@ def nats_url_problem(url: str) -> str | None:
         port = parts.port
     except ValueError:
         return f"{shown} has a port that is not a number from 0 to 65535"
-    if parts.scheme not in ("nats", "tls", "ws", "wss"):
+    if url != url.strip():
+        return f"{shown} has spaces around it"
+    if url.partition("://")[0] not in ("nats", "tls", "ws", "wss"):  # nats-py reads lower case
         return f"{shown} is not a NATS URL: it starts with nats://, tls://, ws:// or wss://"
     if not parts.hostname:
         return f"{shown} names no host"
