@@ -30,6 +30,18 @@ class CronJob:
         return _ms(croniter(self.expression, now).get_next(datetime))
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """The cron table with its time zone: what the configuration says, before anything runs."""
+
+    jobs: tuple[CronJob, ...]
+    tz: ZoneInfo
+
+    def next_fires(self, now_ms: int) -> dict[str, int]:
+        """Each job's first fire time strictly after now_ms."""
+        return {job.name: job.next_fire(now_ms, self.tz) for job in self.jobs}
+
+
 def _ms(moment: datetime) -> int:
     return round(moment.timestamp() * 1000)
 

@@ -3,6 +3,11 @@
 A fire time is claimed in the database (an UPDATE only one worker can win) before it runs, so
 several workers sharing the database do not run it twice, and a worker that starts after a
 missed fire time runs it once. The clock and the sleep are injected so tests need not wait.
+
+It depends on the worker only through what it is handed: something that runs a function on
+the database's writer (`Writes`), the fire function (dispatch), and the job records of the
+worker's telemetry (plain records in worker/telemetry.py), so importing the scheduler does not
+import the worker's runtime (tests/test_scheduler.py checks).
 """
 
 from __future__ import annotations
@@ -11,17 +16,24 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from functools import partial
+from typing import Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
 import apsw
 import structlog
 
 from scheduler.jobs import CronJob
-from worker.services import JobRecord
-from worker.writer import Writer
+from worker.telemetry import JobRecord
 
 log = structlog.get_logger()
 Fire = Callable[[str, bytes], Awaitable[object]]
+T = TypeVar("T")
+
+
+class Writes(Protocol):
+    """The database's single writer (worker/writer.py `Writer`): runs fn in one transaction."""
+
+    async def run(self, fn: Callable[[apsw.Connection], T], *, durable: bool = True) -> T: ...
 
 
 def remember_start(conn: apsw.Connection, job: str, fire_ms: int) -> None:
@@ -46,7 +58,7 @@ class Scheduler:
         jobs: list[CronJob],
         *,
         tz: ZoneInfo,
-        writer: Writer,
+        writer: Writes,
         fire: Fire,
         clock: Callable[[], int],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import AsyncIterator, MutableMapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -194,3 +196,16 @@ async def test_schedule_fired_carries_iso_times(
     assert entry["fire_time"] == "2026-11-22T06:00:00+00:00"
     assert entry["fire_time_ms"] == ms("2026-11-22T06:00:00")
     assert entry["next_fire"] == "2026-11-22T12:00:00+00:00"
+
+
+def test_importing_the_scheduler_does_not_import_the_worker_runtime() -> None:
+    """The scheduler depends on a writer protocol and the telemetry's plain records, not on the
+    worker's app, services, writer or dispatch: no import cycle through worker.app."""
+    probe = (
+        "import sys, scheduler.runner, scheduler.jobs; "
+        "print(*sorted(m for m in sys.modules if m.split('.')[0] in ('worker', 'handlers')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == ["worker", "worker.telemetry"]

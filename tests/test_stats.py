@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
+import inspect
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import msgspec
 import nats
+from nats.micro.service import Endpoint, EndpointConfig, Service
 
 from tests.conftest import worker_config
 from tests.support import Client
 from tests.test_cli import free_port
 from worker.app import App
+from worker.bus import MICRO_ENDPOINT_COUNTERS, MICRO_STATS_PATCHED_FOR
 
 
 async def test_stats_count_requests_errors_and_contents(client: Client, worker: App) -> None:
@@ -115,3 +120,23 @@ async def test_stats_show_each_maintenance_jobs_last_run_with_source_and_counts(
     assert consolidate["cron"] == "" and consolidate["lastRun"]["source"] == "bus"
     assert consolidate["lastRun"]["counts"] == {"memoriesDecayed": 0, "memoriesMerged": 0}
     assert "evicted=1 stale=1" in table.stdout and "memoriesDecayed=0" in table.stdout
+
+
+def test_the_micro_stats_patch_is_for_the_installed_nats_py() -> None:
+    """count_in_micro_stats writes nats.micro's private endpoint counters; another nats-py
+    release, or a counter renamed, fails here before $SRV.STATS silently goes wrong."""
+    installed = importlib.metadata.version("nats-py")
+    assert installed == MICRO_STATS_PATCHED_FOR, (
+        f"nats-py {installed} is installed, count_in_micro_stats was checked against "
+        f"{MICRO_STATS_PATCHED_FOR}: re-read nats/micro/service.py (Endpoint's counters, "
+        "Service._endpoints, whether the public API now allows it), then update "
+        "MICRO_STATS_PATCHED_FOR in worker/bus.py"
+    )
+
+    async def handler(request: Any) -> None:
+        return None
+
+    endpoint = Endpoint(cast(Any, None), EndpointConfig(name="probe", handler=handler))
+    missing = [name for name in MICRO_ENDPOINT_COUNTERS if not hasattr(endpoint, name)]
+    assert not missing, f"nats.micro's Endpoint lost {missing}: re-check count_in_micro_stats"
+    assert "self._endpoints" in inspect.getsource(Service.__init__)

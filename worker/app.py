@@ -1,4 +1,5 @@
-"""Start and stop in order: database, writer, index, bus, service, scheduler; then the reverse.
+"""Start in order: telemetry, embedded NATS server, database, writer, index, bus, embedder,
+backfill, service, ingest, metrics, scheduler; stop in the reverse order (an exit stack).
 
 Shutdown stops the scheduler and the service's subscriptions first, lets requests in flight
 finish, and only then closes the writer and the file, so nothing acknowledged is lost.
@@ -8,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -20,7 +22,7 @@ from zoneinfo import ZoneInfo
 import apsw
 import structlog
 
-from scheduler.jobs import default_jobs
+from scheduler.jobs import Schedule, default_jobs
 from scheduler.runner import Scheduler
 from worker.bus import MemoryService, connect
 from worker.config import Config
@@ -39,6 +41,7 @@ from worker.recall_index.index import MemoryIndex
 from worker.redact import redact
 from worker.registry import ROUTES
 from worker.services import Services, wall_clock_ms
+from worker.telemetry import JobRecord, Telemetry
 from worker.writer import Writer
 
 log = structlog.get_logger()
@@ -83,6 +86,17 @@ class App:
         self.ingest: Ingest | None = None
         self.metrics: MetricsServer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._stack = contextlib.AsyncExitStack()
+        # Known from the configuration before anything starts: what memory::stats, metrics,
+        # dispatch, the scheduler and the maintenance report read and write.
+        self.schedule = Schedule(
+            tuple(default_jobs(config.consolidate_cron, config.evict_cron)),
+            ZoneInfo(config.cron_tz),
+        )
+        self.telemetry = Telemetry(
+            next_fires=self.schedule.next_fires,
+            jobs={job.name: JobRecord(cron=job.expression) for job in self.schedule.jobs},
+        )
         self._conn: apsw.Connection | None = None
         self._writer: Writer | None = None
         self._readers: Readers | None = None
@@ -93,12 +107,31 @@ class App:
         return self.config.nats_url or (self.embedded.url if self.embedded else "")
 
     async def start(self) -> None:
+        """Each step that starts something pushes its stop onto the exit stack, so stop() undoes
+        them in the reverse order by construction; a start that fails part-way (a damaged file,
+        NATS refusing, a signal) stops at once what it had started."""
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+
+    async def _start(self) -> None:
         config = self.config
         # The event loop, the writer and the reader threads hand the GIL to each other on every
         # request; Python's default 5 ms switch interval would add up to that to a recall.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         db_path = Path(config.db_path)
-        readers = Readers(db_path)
+        telemetry = self.telemetry
+        if not config.nats_url:
+            # Started first so that it stops last, after the database is closed.
+            self.embedded = embedded = EmbeddedServer(
+                port=config.embedded_port, store_dir=db_path.parent / "nats"
+            )
+            self._on_stop("embedded", embedded.stop)
+            await embedded.start()
+        self._readers = readers = Readers(db_path)
+        self._on_stop("database", self._close_database)
         index = MemoryIndex(readers, config.index_memory_mb * 1024 * 1024, wall_clock_ms)
         try:
             self._conn = conn = open_db(db_path, synchronous=config.synchronous)
@@ -108,49 +141,73 @@ class App:
         except apsw.Error as error:
             raise unusable(db_path, error) from None
         self._writer = writer = Writer(conn, after_commit=index.after_commit)
-        self._readers = readers
         writer.start()
-        if not config.nats_url:
-            self.embedded = EmbeddedServer(
-                port=config.embedded_port, store_dir=db_path.parent / "nats"
-            )
-            await self.embedded.start()
-        self.nc = await connect(self.nats_url, config, on_closed=self.connection_lost.set)
-        self.services = Services(
+        self._on_stop("writer", writer.stop)
+        # After the NATS connection is drained: the access counts of recalls already answered,
+        # on their way to the writer.
+        self._on_stop("background", self._wait_background)
+        self.nc = nc = await connect(self.nats_url, config, on_closed=self.connection_lost.set)
+        self._on_stop("nats", nc.drain, needs_nats=True)
+        self.services = services = Services(
             config=config,
             writer=writer,
             readers=readers,
             index=index,
-            embedder=make_embedder(config, self.nc),
-            nc=self.nc,
+            embedder=make_embedder(config, nc),
+            nc=nc,
             keyword_mode=config.keyword,
+            telemetry=telemetry,
         )
-        embedder = self.services.embedder
+        embedder = services.embedder
+        self._on_stop("embedder", embedder.close)
         fell_back = config.builtin_model != "hash" and embedder.name == HashingModel.name
-        self.services.backfill = Backfill(embedder, readers, writer, replace=not fell_back)
-        self.services.backfill.start()
-        self.dispatcher = Dispatcher(self.services, ROUTES)
-        self.service = MemoryService(self.nc, self.dispatcher, config.subject_prefix)
-        await self.service.start(ROUTES, self.services.health.metadata)
+        services.backfill = backfill = Backfill(embedder, readers, writer, replace=not fell_back)
+        backfill.start()
+        self._on_stop("backfill", backfill.close)
+        self.dispatcher = Dispatcher(services, ROUTES, telemetry)
+        self.service = service = MemoryService(nc, self.dispatcher, config.subject_prefix)
+        # Stopping takes no more requests, then waits for those in flight (up to DRAIN_SECONDS).
+        self._on_stop("service", lambda: service.stop(timeout=DRAIN_SECONDS), needs_nats=True)
+        await service.start(ROUTES, telemetry.health.metadata)
         if config.ingest:
             await self._start_ingest()
         if config.metrics_port:
-            self.metrics = MetricsServer(self.services, config.metrics_host, config.metrics_port)
-            await self.metrics.start()
+            self.metrics = metrics = MetricsServer(
+                telemetry, readers, config.metrics_host, config.metrics_port
+            )
+            await metrics.start()
+            self._on_stop("metrics", metrics.stop)
         self.scheduler = Scheduler(
-            default_jobs(config.consolidate_cron, config.evict_cron),
-            tz=ZoneInfo(config.cron_tz),
+            list(self.schedule.jobs),
+            tz=self.schedule.tz,
             writer=writer,
             fire=self._fire,
-            clock=self.services.clock,
-            records=self.services.jobs,
+            clock=services.clock,
+            records=telemetry.jobs,
         )
-        self.services.next_fires = self.scheduler.next_fire_times
         self._tasks.append(asyncio.create_task(self.scheduler.run()))
         self._tasks.append(asyncio.create_task(self._watch_other_writers()))
+        self._on_stop("tasks", self._cancel_tasks)
         log.info(
             "worker.started", nats=redact(self.nats_url), db=str(db_path), embedder=config.embedder
         )
+
+    def _on_stop(self, phase: str, step: Callable[[], Any], *, needs_nats: bool = False) -> None:
+        """Push a stop phase. It runs even if an earlier one failed (a connection the server
+        closed must not keep the database open); a failure is logged, not raised. Phases that
+        talk to NATS are skipped once the connection is closed for good."""
+
+        async def stop() -> None:
+            if needs_nats and (self.nc is None or self.nc.is_closed):
+                return
+            try:
+                result = step()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as error:
+                log.warning("worker.stop_phase_failed", phase=phase, error=type(error).__name__)
+
+        self._stack.push_async_callback(stop)
 
     async def _start_ingest(self) -> None:
         assert self.dispatcher is not None
@@ -165,6 +222,7 @@ class App:
             )
             return
         self.ingest = ingest
+        self._on_stop("ingest", lambda: ingest.stop(timeout=DRAIN_SECONDS), needs_nats=True)
 
     async def _fire(self, trigger: str, request: bytes) -> object:
         assert self.dispatcher is not None
@@ -178,37 +236,29 @@ class App:
             await asyncio.sleep(1.0)
             await self.services.writer.run(lambda conn: None, durable=False)
 
-    async def stop(self) -> None:
-        """Each phase runs even if an earlier one failed (a connection the server closed must
-        not keep the database open)."""
+    def _close_database(self) -> None:
+        """The readers' connections, then the writer's."""
+        if self._readers is not None:
+            self._readers.close()
+        if self._conn is not None:
+            self._conn.close()
+
+    async def _wait_background(self) -> None:
+        if self.services is not None and self.services.background:
+            await asyncio.wait(set(self.services.background), timeout=DRAIN_SECONDS)
+
+    async def _cancel_tasks(self) -> None:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        connected = self.nc is not None and not self.nc.is_closed
-        if self.metrics is not None:
-            await _phase("metrics", self.metrics.stop())
-        if self.ingest is not None and connected:
-            await _phase("ingest", self.ingest.stop(timeout=DRAIN_SECONDS))
-        if self.service is not None and connected:
-            await _phase("service", self.service.stop(timeout=DRAIN_SECONDS))
-        if self.services is not None:
-            if self.services.backfill is not None:
-                await _phase("backfill", self.services.backfill.close())
-            await _phase("embedder", self.services.embedder.close())
-        if connected:
-            await _phase("nats", self.nc.drain())
-        if self.services is not None and self.services.background:
-            await asyncio.wait(set(self.services.background), timeout=DRAIN_SECONDS)
-        if self._writer is not None:
-            self._writer.stop()
-        if self._readers is not None:
-            self._readers.close()
-        if self._conn is not None:
-            self._conn.close()
-        if self.embedded is not None:
-            self.embedded.stop()
+
+    async def stop(self) -> None:
+        """Undo start in reverse: the scheduler's tasks, metrics, ingest and the service stop
+        first (in-flight requests finish), then the backfill, the embedder, the NATS connection
+        (drained), the writer, the database and the readers, and the embedded server last."""
+        await self._stack.aclose()
         log.info("worker.stopped")
 
 
@@ -228,13 +278,6 @@ async def _quick_check(conn: apsw.Connection, path: Path) -> None:
         raise
     duration_ms = round((time.perf_counter() - started) * 1000, 1)
     log.info("database.checked", check="quick_check", duration_ms=duration_ms)
-
-
-async def _phase(name: str, step: Awaitable[Any]) -> None:
-    try:
-        await step
-    except Exception as error:
-        log.warning("worker.stop_phase_failed", phase=name, error=type(error).__name__)
 
 
 async def run(config: Config) -> None:

@@ -202,6 +202,42 @@ async def _connect_once(url: str, config: Config, options: dict[str, Any], timeo
     )
 
 
+# The nats-py release whose private endpoint counters count_in_micro_stats writes. The pin in
+# pyproject.toml is the same; tests/test_stats.py fails when they differ, to have it re-checked.
+MICRO_STATS_PATCHED_FOR = "2.16.0"
+MICRO_ENDPOINT_COUNTERS = (
+    "_name",
+    "_num_requests",
+    "_num_errors",
+    "_last_error",
+    "_processing_time",
+    "_average_processing_time",
+)
+
+
+def count_in_micro_stats(
+    service: Service, endpoint_name: str, elapsed_ns: int, error: str | None
+) -> None:
+    """Add a request's real processing time, and its error, to `$SRV.STATS`: the one place
+    that writes nats.micro's private counters (MICRO_ENDPOINT_COUNTERS).
+
+    nats.micro times only its endpoint handler, which hands the request to a task of ours so
+    that one endpoint serves many requests at once (a subscription's handler runs one message
+    at a time), and it counts an error only when the handler raises, while the task answers
+    errors itself with our own body. Its public API has no way in: `stats_handler` fills only
+    each endpoint's `data`, not the counters."""
+    for endpoint in service._endpoints:
+        if endpoint._name == endpoint_name:
+            endpoint._processing_time += elapsed_ns
+            endpoint._average_processing_time = int(
+                endpoint._processing_time / max(1, endpoint._num_requests)
+            )
+            if error is not None:
+                endpoint._num_errors += 1
+                endpoint._last_error = error
+            return
+
+
 class MemoryService:
     def __init__(self, nc: Any, dispatcher: Dispatcher, prefix: str) -> None:
         self._nc = nc
@@ -239,27 +275,14 @@ class MemoryService:
 
         return accept
 
-    def _count_in_micro_stats(self, route: Route, elapsed_ns: int, error: str | None) -> None:
-        """nats.micro times only the hand-off to our task and never sees its errors (the task
-        answers them); add the real processing time and errors so `$SRV.STATS` is right."""
-        assert self._service is not None
-        for endpoint in self._service._endpoints:
-            if endpoint._name == route.endpoint:
-                endpoint._processing_time += elapsed_ns
-                endpoint._average_processing_time = int(
-                    endpoint._processing_time / max(1, endpoint._num_requests)
-                )
-                if error is not None:
-                    endpoint._num_errors += 1
-                    endpoint._last_error = error
-                return
-
     async def _serve(self, route: Route, request: MicroRequest) -> None:
         started = time.perf_counter_ns()
         outcome = await self._dispatcher.handle(route.trigger, request.data)
         error = outcome.error
-        self._count_in_micro_stats(
-            route,
+        assert self._service is not None
+        count_in_micro_stats(
+            self._service,
+            route.endpoint,
             time.perf_counter_ns() - started,
             None if error is None else f"{error.status}:{error.message}",
         )

@@ -19,7 +19,8 @@ from worker.db import DAMAGED
 from worker.json_keys import duplicate_key
 from worker.locate import refusal
 from worker.registry import Route
-from worker.services import Services, TriggerStats
+from worker.services import Services
+from worker.telemetry import Telemetry, TriggerStats
 
 log = structlog.get_logger()
 
@@ -31,18 +32,30 @@ class Outcome:
 
 
 class Dispatcher:
-    def __init__(self, services: Services, routes: Iterable[Route]) -> None:
+    def __init__(self, services: Services, routes: Iterable[Route], telemetry: Telemetry) -> None:
+        """Counts every request in telemetry: its figures per trigger and the in-flight count."""
         self.services = services
+        self.telemetry = telemetry
         self.routes = {route.trigger: route for route in routes}
         self._decoders = {
             route.trigger: msgspec.json.Decoder(route.request_type)
             for route in self.routes.values()
         }
         self._encoder = msgspec.json.Encoder()
-        self.in_flight = 0
-        self.stats = {trigger: TriggerStats() for trigger in self.routes}
-        services.trigger_stats = self.stats
-        services.in_flight = lambda: self.in_flight
+        for trigger in self.routes:
+            telemetry.triggers.setdefault(trigger, TriggerStats())
+
+    @property
+    def stats(self) -> dict[str, TriggerStats]:
+        return self.telemetry.triggers
+
+    @property
+    def in_flight(self) -> int:
+        return self.telemetry.in_flight
+
+    @in_flight.setter
+    def in_flight(self, count: int) -> None:
+        self.telemetry.in_flight = count
 
     def decode(self, trigger: str, data: bytes) -> Any:
         body = data if data.strip() else b"{}"
@@ -78,7 +91,7 @@ class Dispatcher:
             outcome = Outcome(self._encoder.encode(error_reply(error)), error)
         except DAMAGED as error:
             reason = f"{trigger}: {type(error).__name__}: {error}"
-            self.services.health.corrupt(reason)
+            self.telemetry.health.corrupt(reason)
             log.error("database.corrupt", trigger=trigger, error=reason)
             failure = Internal(f"the database is damaged ({type(error).__name__}); see its health")
             outcome = Outcome(self._encoder.encode(error_reply(failure)), failure)
@@ -106,6 +119,4 @@ class Dispatcher:
         return outcome
 
     def _count(self, trigger: str, duration_ms: float, error: WorkerError | None) -> None:
-        stats = self.stats.get(trigger)
-        if stats is not None:
-            stats.record(duration_ms, None if error is None else error.code)
+        self.telemetry.count(trigger, duration_ms, None if error is None else error.code)

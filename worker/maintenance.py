@@ -10,7 +10,7 @@ rest of an interrupted decay waits for the next consolidation.
 
 Whoever fired them (the schedule, `memory-worker fire`, another service), operators are told
 what they did: dispatch calls `report` after a success, which logs `maintenance.done` with the
-reply's counts and keeps the job's last run for memory::stats.
+reply's counts and keeps the job's last run in the telemetry, for memory::stats.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from handlers.consolidate import apply_decay, plan_decay
 from handlers.evict import Reason, apply_eviction, evict_reply, plan_eviction
 from schema.memory import ConsolidateReply, ConsolidateRequest, EvictReply, EvictRequest
 from schema.stats import RunFigures
-from worker.services import JobRecord, MaintenanceRun, Services
+from worker.services import Services
+from worker.telemetry import JobRecord, MaintenanceRun
 
 log = structlog.get_logger()
 
@@ -89,7 +90,9 @@ def report(s: Services, trigger: str, source: str, reply: Any) -> None:
         duration_ms=getattr(reply, "duration_ms", None),
         **figures,
     )
-    record = s.jobs.setdefault(job, JobRecord(cron=""))  # fired by hand, not on the schedule
+    record = s.telemetry.jobs.setdefault(
+        job, JobRecord(cron="")
+    )  # fired by hand, not on the schedule
     record.last_run = MaintenanceRun(at=s.clock(), source=source, counts=figures, dry_run=dry_run)
 
 

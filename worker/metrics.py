@@ -1,7 +1,8 @@
 """An optional Prometheus endpoint (MEMORY_WORKER_METRICS_PORT; off by default).
 
 The text exposition format is small enough to write directly, so no client library is added.
-Database gauges are counted at scrape time on a reader thread.
+Request, in-flight and job figures come from the worker's telemetry (worker/telemetry.py);
+database gauges are counted at scrape time on a reader thread.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import contextlib
 import structlog
 
 from handlers.stats import database_counts
-from worker.services import LATENCY_BUCKETS, Services
+from worker.readers import Readers
+from worker.telemetry import LATENCY_BUCKETS, Telemetry
 
 log = structlog.get_logger()
 PREFIX = "memory_worker"
@@ -22,7 +24,7 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-async def render_metrics(services: Services) -> str:
+async def render_metrics(telemetry: Telemetry, readers: Readers) -> str:
     lines: list[str] = []
 
     def family(name: str, kind: str, text: str) -> None:
@@ -30,14 +32,14 @@ async def render_metrics(services: Services) -> str:
         lines.append(f"# TYPE {PREFIX}_{name} {kind}")
 
     family("requests_total", "counter", "Requests handled, by trigger.")
-    for trigger, stats in services.trigger_stats.items():
+    for trigger, stats in telemetry.triggers.items():
         lines.append(f'{PREFIX}_requests_total{{trigger="{trigger}"}} {stats.requests}')
     family("errors_total", "counter", "Requests answered with an error, by trigger and code.")
-    for trigger, stats in services.trigger_stats.items():
+    for trigger, stats in telemetry.triggers.items():
         for code, count in sorted(stats.errors_by_code.items()):
             lines.append(f'{PREFIX}_errors_total{{trigger="{trigger}",code="{code}"}} {count}')
     family("request_duration_seconds", "histogram", "Time to handle a request, by trigger.")
-    for trigger, stats in services.trigger_stats.items():
+    for trigger, stats in telemetry.triggers.items():
         series = f"{PREFIX}_request_duration_seconds"
         cumulative = 0
         for bound, count in zip(LATENCY_BUCKETS, stats.buckets, strict=True):
@@ -46,7 +48,7 @@ async def render_metrics(services: Services) -> str:
         lines.append(f'{series}_bucket{{trigger="{trigger}",le="+Inf"}} {stats.requests}')
         lines.append(f'{series}_sum{{trigger="{trigger}"}} {stats.total_ms / 1000}')
         lines.append(f'{series}_count{{trigger="{trigger}"}} {stats.requests}')
-    counts = await services.readers.run(database_counts)
+    counts = await readers.run(database_counts)
     for key, text in (
         ("memories", "Memories stored."),
         ("agents", "Agents with at least one memory."),
@@ -57,10 +59,10 @@ async def render_metrics(services: Services) -> str:
         family(key, "gauge", text)
         lines.append(f"{PREFIX}_{key} {counts[key]}")
     family("in_flight", "gauge", "Requests being handled now.")
-    lines.append(f"{PREFIX}_in_flight {services.in_flight()}")
+    lines.append(f"{PREFIX}_in_flight {telemetry.in_flight}")
     family("job_last_run_timestamp_seconds", "gauge", "When each scheduled job last ran.")
     family("job_last_success", "gauge", "1 if the job's last run succeeded, else 0.")
-    for name, record in services.jobs.items():
+    for name, record in telemetry.jobs.items():
         if record.last_fire is not None:
             job = _label(name)
             lines.append(
@@ -72,8 +74,9 @@ async def render_metrics(services: Services) -> str:
 
 
 class MetricsServer:
-    def __init__(self, services: Services, host: str, port: int) -> None:
-        self._services = services
+    def __init__(self, telemetry: Telemetry, readers: Readers, host: str, port: int) -> None:
+        self._telemetry = telemetry
+        self._readers = readers
         self._host = host
         self._port = port
         self._server: asyncio.Server | None = None
@@ -94,7 +97,7 @@ class MetricsServer:
                 pass
             parts = request_line.decode("latin-1").split()
             if len(parts) >= 2 and parts[0] == "GET" and parts[1].split("?")[0] == "/metrics":
-                body = (await render_metrics(self._services)).encode()
+                body = (await render_metrics(self._telemetry, self._readers)).encode()
                 status, kind = "200 OK", "text/plain; version=0.0.4; charset=utf-8"
             else:
                 body, status, kind = b"not found: try /metrics\n", "404 Not Found", "text/plain"

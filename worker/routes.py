@@ -108,11 +108,12 @@ async def recall(s: Services, req: RecallRequest) -> RecallReply:
 
 async def stats(s: Services, req: StatsRequest) -> StatsReply:
     """Answers even when the database is damaged: that is when an operator asks."""
+    t = s.telemetry
     counts: dict[str, int | None]
     try:
         counts = dict(await s.readers.run(database_counts))
     except DAMAGED as error:
-        s.health.corrupt(f"memory::stats: {type(error).__name__}: {error}")
+        t.health.corrupt(f"memory::stats: {type(error).__name__}: {error}")
         counts = dict.fromkeys(COUNTED)
     path = Path(s.config.db_path)
     on_disk = sum(
@@ -120,17 +121,17 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
         for candidate in (path, path.with_name(path.name + "-wal"))
         if candidate.exists()
     )
-    next_fires = s.next_fires()
+    next_fires = t.next_fires(s.clock())
     return StatsReply(
-        health=s.health.state,
-        health_reason=s.health.reason,
+        health=t.health.state,
+        health_reason=t.health.reason,
         triggers={
             trigger: TriggerFigures(
                 requests=figures.requests,
                 errors=figures.errors,
                 mean_ms=round(figures.total_ms / max(1, figures.requests), 3),
             )
-            for trigger, figures in s.trigger_stats.items()
+            for trigger, figures in t.triggers.items()
         },
         agents=counts["agents"],
         memories=counts["memories"],
@@ -139,7 +140,7 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
         relations=counts["relations"],
         sessions=counts["sessions"],
         database_bytes=on_disk,
-        in_flight=s.in_flight(),
+        in_flight=t.in_flight,
         index_agents=s.index.loaded_agents(),
         schedule={
             name: JobFigures(
@@ -149,7 +150,7 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
                 last_outcome=record.last_outcome,
                 last_run=None if record.last_run is None else run_figures(record.last_run),
             )
-            for name, record in s.jobs.items()
+            for name, record in t.jobs.items()
         },
     )
 

@@ -1,0 +1,104 @@
+"""What the worker has observed since start-up: per-trigger figures, the requests in flight,
+the maintenance jobs' last fires and runs, and the database's health.
+
+Built first, before anything that writes or reads it, and handed explicitly to dispatch (which
+counts every request), the scheduler (each fire), the maintenance report (each run), the
+metrics endpoint and memory::stats (which read it). Plain records and the standard library
+only, so that the scheduler can depend on it without depending on the worker's runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+# Upper bounds (seconds) of the request latency histogram exported as Prometheus metrics.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+
+
+@dataclass
+class TriggerStats:
+    requests: int = 0
+    errors: int = 0
+    total_ms: float = 0.0
+    errors_by_code: dict[str, int] = field(default_factory=dict)
+    buckets: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS))
+
+    def record(self, duration_ms: float, error_code: str | None) -> None:
+        self.requests += 1
+        self.total_ms += duration_ms
+        if error_code is not None:
+            self.errors += 1
+            self.errors_by_code[error_code] = self.errors_by_code.get(error_code, 0) + 1
+        for at, bound in enumerate(LATENCY_BUCKETS):
+            if duration_ms <= bound * 1000:
+                self.buckets[at] += 1
+                break
+
+
+@dataclass(frozen=True)
+class MaintenanceRun:
+    """A maintenance trigger's last success, whoever fired it (worker/maintenance.py)."""
+
+    at: int
+    source: str
+    counts: dict[str, int]
+    dry_run: bool = False
+
+
+@dataclass
+class JobRecord:
+    """One maintenance job: its cron ("" when disabled), the last fire time the schedule claimed
+    with its outcome, and the last successful run by any source."""
+
+    cron: str
+    last_fire: int | None = None
+    last_outcome: str | None = None
+    last_run: MaintenanceRun | None = None
+
+
+@dataclass
+class Health:
+    """Whether a trigger has met a damaged database since start-up (start-up refuses one).
+
+    nats.micro answers $SRV.PING by itself, so a PING reply alone says only that the process
+    runs. The service's metadata, which every PING reply carries, is this dict: `memory-worker
+    check` (the liveness probe) reads the damage from it, and a restart then stops at the
+    start-up check with a line saying why, instead of serving on guesswork."""
+
+    metadata: dict[str, str] = field(default_factory=lambda: {"health": "ok"})
+
+    @property
+    def state(self) -> Literal["ok", "corrupt"]:
+        return "corrupt" if self.metadata["health"] == "corrupt" else "ok"
+
+    @property
+    def reason(self) -> str | None:
+        return self.metadata.get("reason")
+
+    def corrupt(self, reason: str) -> None:
+        """The first reason stays: later errors are usually the same damage seen again."""
+        self.metadata["health"] = "corrupt"
+        self.metadata.setdefault("reason", reason)
+
+
+def no_fires(now_ms: int) -> dict[str, int]:
+    return {}
+
+
+@dataclass
+class Telemetry:
+    """`next_fires(now_ms)` is the cron table's (scheduler/jobs.py `Schedule.next_fires`), known
+    from the configuration before anything starts; `jobs` has a record for each of its jobs."""
+
+    next_fires: Callable[[int], dict[str, int]] = no_fires
+    triggers: dict[str, TriggerStats] = field(default_factory=dict)
+    in_flight: int = 0
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    health: Health = field(default_factory=Health)
+
+    def count(self, trigger: str, duration_ms: float, error_code: str | None) -> None:
+        stats = self.triggers.get(trigger)
+        if stats is not None:
+            stats.record(duration_ms, error_code)
