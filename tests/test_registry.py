@@ -83,3 +83,20 @@ def test_the_registry_names_endpoints_and_subjects_from_the_trigger_parts() -> N
     assert route.subject() == "memory.kg.add"
     assert route.subject("prod.") == "prod.memory.kg.add"
     assert BY_TRIGGER["memory::store"].subject("a.b.") == "a.b.memory.store"
+
+
+async def test_endpoints_are_named_in_their_groups_in_srv_info(nats_url: str, worker: App) -> None:
+    """$SRV.INFO lists `memory::kg::add` as the endpoint `add` at memory.kg.add, with its
+    trigger in the metadata."""
+    nc = await nats.connect(nats_url)
+    try:
+        msg = await nc.request("$SRV.INFO.memory", b"", timeout=5)
+    finally:
+        await nc.close()
+    endpoints = {e["metadata"]["trigger"]: e for e in msgspec.json.decode(msg.data)["endpoints"]}
+    assert set(endpoints) == set(BY_TRIGGER)
+    assert (endpoints["memory::kg::add"]["name"], endpoints["memory::kg::add"]["subject"]) == (
+        "add",
+        "memory.kg.add",
+    )
+    assert endpoints["memory::store"]["subject"] == "memory.store"
