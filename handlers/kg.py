@@ -91,7 +91,8 @@ def _outgoing(
     return found
 
 
-def kg_query(conn: apsw.Connection, req: KgQueryRequest) -> KgQueryReply:
+def kg_query(conn: apsw.Connection, req: KgQueryRequest, *, now: int) -> KgQueryReply:
+    """A read: `now` is the registry's calling convention, unused (a query does not age)."""
     start = conn.execute(
         "SELECT 1 FROM kg_entities WHERE agent_id = ? AND id = ?", (req.agent_id, req.entity_id)
     ).fetchone()

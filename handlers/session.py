@@ -29,7 +29,8 @@ FALLBACK_CHARS = 8_000
 SUMMARY_IMPORTANCE = 0.9
 
 
-def session_list(conn: apsw.Connection, req: SessionListRequest) -> SessionListReply:
+def session_list(conn: apsw.Connection, req: SessionListRequest, *, now: int) -> SessionListReply:
+    """A read: `now` is the registry's calling convention, unused."""
     rows = conn.execute(
         "SELECT s.id, (SELECT count(*) FROM session_messages m WHERE m.agent_id = s.agent_id "
         "AND m.session_id = s.id), s.created_at, s.updated_at, s.compacted_at, s.repaired_at "

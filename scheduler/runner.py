@@ -3,7 +3,8 @@
 A fire time is claimed in the database (an UPDATE only one worker can win) before it runs, so
 several workers sharing the database do not run it twice, and a worker that starts after a
 missed fire time runs it once. A worker that dies after its claim and before the job finishes
-does not run it again: the next fire time does the work (evict and consolidate are resumable). The clock and the sleep are injected so tests need not wait.
+does not run it again: the next fire time does the work (evict and consolidate are resumable).
+The clock and the sleep are injected so tests need not wait.
 
 It depends on the worker only through what it is handed: something that runs a function on
 the database's writer (`Writes`), the fire function (dispatch), and the job records of the

@@ -18,12 +18,12 @@ import nats
 import structlog
 from nats.micro import add_service
 from nats.micro.request import Request as MicroRequest
-from nats.micro.service import EndpointConfig, Service
+from nats.micro.service import EndpointConfig, Group, GroupManager, Service
 
 from worker.config import Config
 from worker.dispatch import Dispatcher
 from worker.redact import redact
-from worker.registry import Route
+from worker.registry import Route, prefix_groups
 
 log = structlog.get_logger()
 SERVICE_NAME = "memory"
@@ -249,7 +249,7 @@ class MemoryService:
     async def start(self, routes: tuple[Route, ...], metadata: dict[str, str]) -> None:
         """metadata is kept, not copied: what the worker writes into it later (its health)
         is in every $SRV.PING and $SRV.INFO reply from then on."""
-        self._service = await add_service(
+        service = self._service = await add_service(
             self._nc,
             name=SERVICE_NAME,
             version=SERVICE_VERSION,
@@ -257,11 +257,21 @@ class MemoryService:
             queue_group=QUEUE_GROUP,
             metadata=metadata,
         )
+        groups: dict[tuple[str, ...], Group] = {}
+
+        def group(path: tuple[str, ...]) -> Group:
+            """The group for a path of names (`prod`, `memory`, `kg`), each made once."""
+            if path not in groups:
+                parent: GroupManager = service if len(path) == 1 else group(path[:-1])
+                groups[path] = parent.add_group(name=path[-1])
+            return groups[path]
+
         for route in routes:
-            await self._service.add_endpoint(
+            # `memory::kg::add` is the endpoint `add` in the group prefix -> memory -> kg, served
+            # at `<prefix>memory.kg.add` (Route.subject says the same from the same parts).
+            await group((*prefix_groups(self._prefix), *route.groups)).add_endpoint(
                 EndpointConfig(
                     name=route.endpoint,
-                    subject=route.subject(self._prefix),
                     handler=self._handler(route),
                     metadata={"trigger": route.trigger},
                 )

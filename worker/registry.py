@@ -1,47 +1,100 @@
-"""The one table of triggers: name, request struct, and how it executes."""
+"""The one table of triggers: name, request struct, what runs and where.
+
+A trigger's whole story is its row here, its structs in `schema/` and its function in
+`handlers/`. A row says where the function runs:
+
+- `on=WRITER`: a pure handler `(conn, request, *, now) -> reply`, run by dispatch in one
+  transaction on the writer thread;
+- `on=READER`: the same shape, run by dispatch on a reader thread;
+- `on=FLOW`: `async (services, request) -> reply`, for the few triggers that await outside
+  calls or several steps (worker/flows.py, worker/maintenance.py).
+
+Dispatch supplies `now` (the services' clock) and, for a row with `timed=True`, fills the
+reply's `durationMs` with the time the call took. Subjects and endpoint names come from the
+trigger's parts, as nats.micro groups (worker/bus.py): `memory::kg::add` is the endpoint `add`
+in the group `memory` -> `kg`, served at `<prefix>memory.kg.add`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, Literal
 
+from handlers import kg, session
 from schema.base import Request
 from schema.kg import KgAddRequest, KgQueryRequest
 from schema.memory import ConsolidateRequest, EvictRequest, RecallRequest, StoreRequest
 from schema.session import CompactRequest, RepairRequest, SessionListRequest
 from schema.stats import StatsRequest
-from worker import maintenance, routes
+from worker import flows, maintenance
 from worker.services import Services
+
+Where = Literal["writer", "reader", "flow"]
+WRITER: Where = "writer"
+READER: Where = "reader"
+FLOW: Where = "flow"
 
 
 @dataclass(frozen=True)
 class Route:
     trigger: str
     request_type: type[Request]
-    execute: Callable[[Services, Any], Awaitable[Any]]
+    # A pure handler (conn, request, *, now) for WRITER and READER; async (services, request)
+    # for FLOW.
+    run: Callable[..., Any]
+    _: KW_ONLY
+    on: Where
+    # The reply has a `durationMs` that dispatch fills with the time the call took.
+    timed: bool = False
     # After a success, what operators are told beyond `trigger.handled` (maintenance counts).
     report: Callable[[Services, str, str, Any], None] | None = None
 
     @property
+    def groups(self) -> tuple[str, ...]:
+        """The nats.micro groups the endpoint is in: `memory::kg::add` -> ("memory", "kg")."""
+        return tuple(self.trigger.split("::")[:-1])
+
+    @property
     def endpoint(self) -> str:
-        """The nats.micro endpoint name: `memory::kg::add` -> `kg_add`."""
-        return "_".join(self.trigger.split("::")[1:])
+        """The nats.micro endpoint name: `memory::kg::add` -> `add`."""
+        return self.trigger.split("::")[-1]
 
     def subject(self, prefix: str = "") -> str:
-        return prefix + self.trigger.replace("::", ".")
+        """Where the endpoint is served: the prefix's segments, the groups, then the name, as
+        nats.micro joins them (worker/bus.py builds the groups from the same parts)."""
+        return ".".join((*prefix_groups(prefix), *self.groups, self.endpoint))
+
+
+def prefix_groups(prefix: str) -> tuple[str, ...]:
+    """A subject prefix (`prod.`) as the nats.micro groups in front of `memory`."""
+    return tuple(segment for segment in prefix.split(".") if segment)
 
 
 ROUTES: tuple[Route, ...] = (
-    Route("memory::store", StoreRequest, routes.store),
-    Route("memory::recall", RecallRequest, routes.recall),
-    Route("memory::evict", EvictRequest, maintenance.evict, maintenance.report),
-    Route("memory::consolidate", ConsolidateRequest, maintenance.consolidate, maintenance.report),
-    Route("memory::kg::add", KgAddRequest, routes.kg_add),
-    Route("memory::kg::query", KgQueryRequest, routes.kg_query),
-    Route("memory::session::list", SessionListRequest, routes.session_list),
-    Route("memory::session::compact", CompactRequest, routes.session_compact),
-    Route("memory::session::repair", RepairRequest, routes.session_repair),
-    Route("memory::stats", StatsRequest, routes.stats),
+    Route("memory::store", StoreRequest, flows.store, on=FLOW),
+    Route("memory::recall", RecallRequest, flows.recall, on=FLOW),
+    Route(
+        "memory::evict",
+        EvictRequest,
+        maintenance.evict,
+        on=FLOW,
+        timed=True,
+        report=maintenance.report,
+    ),
+    Route(
+        "memory::consolidate",
+        ConsolidateRequest,
+        maintenance.consolidate,
+        on=FLOW,
+        timed=True,
+        report=maintenance.report,
+    ),
+    Route("memory::kg::add", KgAddRequest, kg.kg_add, on=WRITER),
+    Route("memory::kg::query", KgQueryRequest, kg.kg_query, on=READER),
+    Route("memory::session::list", SessionListRequest, session.session_list, on=READER),
+    Route("memory::session::compact", CompactRequest, flows.session_compact, on=FLOW),
+    Route("memory::session::repair", RepairRequest, flows.session_repair, on=FLOW),
+    Route("memory::stats", StatsRequest, flows.stats, on=FLOW),
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}

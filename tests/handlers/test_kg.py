@@ -24,7 +24,7 @@ def add(conn: apsw.Connection, agent: str, entity_id: str, **fields: Any) -> KgA
 
 
 def query(conn: apsw.Connection, agent: str, entity_id: str, **fields: Any) -> KgQueryReply:
-    return kg_query(conn, KgQueryRequest(agent_id=agent, entity_id=entity_id, **fields))
+    return kg_query(conn, KgQueryRequest(agent_id=agent, entity_id=entity_id, **fields), now=0)
 
 
 def ids(reply: KgQueryReply) -> list[str]:

@@ -64,11 +64,11 @@ def test_list_is_newest_first_with_counts_and_times(conn: apsw.Connection) -> No
     for index in range(2):
         store(conn, "a", f"new {index}", session_id="new", now=NOW + 10 + index)
     store(conn, "b", "other agent", session_id="theirs", now=NOW + 20)
-    sessions = session_list(conn, SessionListRequest(agent_id="a")).sessions
+    sessions = session_list(conn, SessionListRequest(agent_id="a"), now=0).sessions
     assert [(s.id, s.message_count) for s in sessions] == [("new", 2), ("old", 3)]
     assert (sessions[0].created_at, sessions[0].updated_at) == (NOW + 10, NOW + 11)
     assert sessions[0].compacted_at is None and sessions[0].repaired_at is None
-    assert session_list(conn, SessionListRequest(agent_id="nobody")).sessions == []
+    assert session_list(conn, SessionListRequest(agent_id="nobody"), now=0).sessions == []
 
 
 @pytest.mark.parametrize(("count", "compacted"), [(29, False), (30, True), (31, True)])
@@ -108,7 +108,7 @@ def test_compaction_stores_the_summary_and_rewrites_the_list(conn: apsw.Connecti
     refs = [ref[0] for ref in read_messages(conn, "a", "s")]
     assert refs == [reply.summary_id, *ids[8:]]
     assert rows(conn, "SELECT count(*) FROM memories WHERE agent_id = 'a'") == [(13,)]
-    [session] = session_list(conn, SessionListRequest(agent_id="a")).sessions
+    [session] = session_list(conn, SessionListRequest(agent_id="a"), now=0).sessions
     assert (session.compacted_at, session.updated_at) == (NOW + 7, NOW + 7)
     assert session.message_count == 5
 
@@ -229,7 +229,7 @@ def test_repair_merges_consecutive_same_role_messages_into_a_new_memory(
     assert rows(conn, "SELECT count(*) FROM memories WHERE id IN (?, ?)", first, second) == [(2,)]
     again = run_repair(conn, now=NOW + 9)
     assert again.repaired is False and again.total_fixes == 0
-    [session] = session_list(conn, SessionListRequest(agent_id="a")).sessions
+    [session] = session_list(conn, SessionListRequest(agent_id="a"), now=0).sessions
     assert (session.repaired_at, session.updated_at) == (NOW + 3, NOW + 3)
 
 
@@ -249,7 +249,7 @@ def test_system_messages_are_never_merged_and_oversize_is_only_counted(
         ),
     )  # fmt: skip
     assert read_messages(conn, "a", "s") == before
-    [session] = session_list(conn, SessionListRequest(agent_id="a")).sessions
+    [session] = session_list(conn, SessionListRequest(agent_id="a"), now=0).sessions
     assert session.repaired_at is None
 
 

@@ -1,6 +1,9 @@
-"""How each trigger executes: the outside calls (embedder, LLM) and which thread runs the handler.
+"""The flows that call out: triggers that await an embedder, an LLM or several steps between
+their pure handlers, so the registry's `on=FLOW` rows point here instead of at a handler.
 
-Handlers stay synchronous and pure; this is the only place that awaits.
+Every other trigger is a registry row whose pure handler dispatch runs on the writer or a reader
+(worker/registry.py). Evict and consolidate, which run in chunks, are flows in
+worker/maintenance.py.
 """
 
 from __future__ import annotations
@@ -11,13 +14,12 @@ from typing import Literal
 
 import apsw
 
-from handlers import kg, session
 from handlers import recall as recall_handler
+from handlers import session
 from handlers.session_repair import repair
 from handlers.stats import COUNTED, database_counts
 from handlers.store import check_store
 from handlers.store import store as store_handler
-from schema.kg import KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest
 from schema.memory import (
     RecallReply,
     RecallRequest,
@@ -29,8 +31,6 @@ from schema.session import (
     CompactRequest,
     RepairReply,
     RepairRequest,
-    SessionListReply,
-    SessionListRequest,
 )
 from schema.stats import JobFigures, StatsReply, StatsRequest, TriggerFigures
 from worker.db import DAMAGED
@@ -153,18 +153,6 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
             for name, record in t.jobs.items()
         },
     )
-
-
-async def kg_add(s: Services, req: KgAddRequest) -> KgAddReply:
-    return await s.writer.run(lambda conn: kg.kg_add(conn, req, now=s.clock()))
-
-
-async def kg_query(s: Services, req: KgQueryRequest) -> KgQueryReply:
-    return await s.readers.run(lambda conn: kg.kg_query(conn, req))
-
-
-async def session_list(s: Services, req: SessionListRequest) -> SessionListReply:
-    return await s.readers.run(lambda conn: session.session_list(conn, req))
 
 
 async def session_compact(s: Services, req: CompactRequest) -> CompactReply:
