@@ -59,7 +59,10 @@ def quiet_logs() -> None:
 def captured_logs() -> Iterator[list[MutableMapping[str, Any]]]:
     """Every event the worker logs at info level and above, as dicts, during the test."""
     configure_logging("info", "console")
-    with structlog.testing.capture_logs() as logs:
+    # With the context vars merged, as the worker's own processors do (worker/logs.py).
+    with structlog.testing.capture_logs(
+        processors=[structlog.contextvars.merge_contextvars]
+    ) as logs:
         yield logs
     configure_logging("warning", "console")
 

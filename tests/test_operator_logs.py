@@ -118,6 +118,8 @@ async def test_compaction_logs_why_it_fell_back_from_the_llm(
     assert reply["summarizer"] == "fallback"
     [fallback] = events(captured_logs, "llm.fallback")
     assert fallback["log_level"] == "warning" and fallback["reason"] == reason
+    # Bound by dispatch for the request, so a nested line says whose request it was.
+    assert fallback["trigger"] == "memory::session::compact" and fallback["agent"] == "a"
 
 
 async def test_a_clean_shutdown_logs_no_warning(tmp_path: Path) -> None:

@@ -84,6 +84,13 @@ class Dispatcher:
         return request
 
     async def handle(self, trigger: str, data: bytes, *, source: str = "bus") -> Outcome:
+        """Every line logged while the request runs (an LLM fallback, an embedding failure, the
+        maintenance counts) carries its trigger, source and, once decoded, agent: they are bound
+        in structlog's context vars for the call and restored after it."""
+        with structlog.contextvars.bound_contextvars(trigger=trigger, source=source, agent=None):
+            return await self._handle(trigger, data, source)
+
+    async def _handle(self, trigger: str, data: bytes, source: str) -> Outcome:
         started = time.perf_counter()
         agent = done = None
         self.in_flight += 1
@@ -95,6 +102,7 @@ class Dispatcher:
             request = self.decode(trigger, data)
             agent = getattr(request, "agent_id", None)
             agent = agent if isinstance(agent, str) else None
+            structlog.contextvars.bind_contextvars(agent=agent)
             route = self.routes[trigger]
             reply = await execute(self.services, route, request)
             if route.timed:
