@@ -106,10 +106,6 @@ class Scheduler:
                 fired.append(job.name)
         return fired
 
-    def next_fire_times(self) -> dict[str, int]:
-        now = self._clock()
-        return {job.name: job.next_fire(now, self._tz) for job in self.jobs}
-
     def iso(self, ms: int) -> str:
         """ISO 8601 in the cron's time zone, with its offset: what an operator compares with
         the cron expression (`0 3 * * *` in Europe/Berlin is `03:00:00+01:00`)."""
@@ -139,5 +135,5 @@ class Scheduler:
                 await self.tick()
             except Exception as error:
                 log.error("schedule.failed", error=type(error).__name__)
-            wake = min(self.next_fire_times().values())
+            wake = min(job.next_fire(self._clock(), self._tz) for job in self.jobs)
             await self._sleep(max(0.0, (wake - self._clock()) / 1000))

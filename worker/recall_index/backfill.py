@@ -46,7 +46,6 @@ class Backfill:
         self._agents: dict[str, None] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
-        self.embedded = 0
 
     def start(self) -> None:
         """Begin with every agent that has a memory without a vector."""
@@ -103,7 +102,6 @@ class Backfill:
             self._retry_later(agent_id)
             return True
         await self._writer.run(lambda c: set_embeddings(c, agent_id, model, found, replace))
-        self.embedded += len(found)
         return len(rows) < BATCH
 
     async def close(self) -> None:
