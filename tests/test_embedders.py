@@ -151,3 +151,13 @@ async def test_texts_of_a_caller_that_gave_up_leave_the_queue_and_the_backlog() 
         assert sum(n for query, n in model.calls if not query) <= 2 * PASSAGE_BATCH
     finally:
         await embedder.close()
+
+
+def test_normalise_scales_a_tiny_vector_to_unit_length() -> None:
+    """A float32 of 1e-38 squares to 0: taking the length in float32 left such a vector unscaled,
+    so recall scored its cosine as 0 where the formula says 1."""
+    from worker.embedders import normalise
+
+    unit = normalise([1.175494351e-38, 0.0, 0.0, 0.0])[0]
+    assert unit.dtype == np.float32 and unit.tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert normalise([0.0, 0.0])[0].tolist() == [0.0, 0.0]

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from handlers.recall import KeywordMode, rank
 from handlers.text import STOPWORDS, stem
 from schema.memory import RecallRequest
+from worker.embedders import normalise
 from worker.recall_index.agent_index import AgentIndex, Row
 
 WORDS = ["cat", "cats", "category", "dog", "the", "and", "deploy", "Deploying", "deployed", "key"]
@@ -127,9 +128,7 @@ def test_top_k_equals_the_plain_python_formula_in_every_keyword_mode(
         vector = memory["vector"]
         blob = None
         if isinstance(vector, list):
-            array = np.asarray(vector, dtype=np.float32)
-            norm = float(np.linalg.norm(array))
-            blob = (array / norm if norm else array).astype(np.float32).tobytes()
+            blob = normalise(vector)[0].tobytes()
             memory["vector"] = [float(v) for v in np.frombuffer(blob, dtype=np.float32)]
         rows.append(
             (
@@ -147,9 +146,7 @@ def test_top_k_equals_the_plain_python_formula_in_every_keyword_mode(
     index.load(rows[second:])
     qvec = None
     if query_vector is not None:
-        array = np.asarray(query_vector, dtype=np.float32)
-        norm = float(np.linalg.norm(array))
-        qvec = ("test-model", (array / norm if norm else array).astype(np.float32))
+        qvec = ("test-model", normalise(query_vector)[0])
         query_vector = [float(v) for v in qvec[1]]
     request = msgspec.convert(
         {"agentId": "a", "query": query, "limit": limit, **({"roles": roles} if roles else {})},

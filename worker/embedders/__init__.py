@@ -44,8 +44,9 @@ class NoEmbedder:
 
 
 def normalise(matrix: npt.ArrayLike) -> npt.NDArray[np.float32]:
-    """Rows scaled to unit length (zero rows stay zero), as float32."""
-    rows: npt.NDArray[Any] = np.asarray(matrix, dtype=np.float32)
+    """Rows scaled to unit length (zero rows stay zero), as float32. The length is taken in
+    float64: squaring a tiny float32 (1e-38) underflows to 0 and would leave its row unscaled."""
+    rows: npt.NDArray[Any] = np.asarray(matrix, dtype=np.float32).astype(np.float64)
     if rows.ndim == 1:
         rows = rows[None, :]
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
