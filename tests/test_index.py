@@ -65,6 +65,17 @@ def readers_calling(
     return open_reader, opened
 
 
+def store_from_another_process(path: Path) -> None:
+    """A memory of agent `a` written through a connection of its own, as another process."""
+    other_process = open_db(path)
+    with other_process:
+        insert_memory(
+            other_process, agent_id="a", content="from elsewhere", role="user",
+            now=2, timestamp=2, importance=0.5,
+        )  # fmt: skip
+    other_process.close()
+
+
 def test_least_recently_used_agents_leave_when_over_budget_and_reload_on_demand(
     tmp_path: Path,
 ) -> None:
@@ -199,13 +210,7 @@ def test_a_recall_that_waited_for_an_overtaken_load_loads_afresh(tmp_path: Path)
 
     def another_process_writes() -> None:
         second.start()
-        other_process = open_db(path)
-        with other_process:
-            insert_memory(
-                other_process, agent_id="a", content="from elsewhere", role="user",
-                now=2, timestamp=2, importance=0.5,
-            )  # fmt: skip
-        other_process.close()
+        store_from_another_process(path)
         index.forget_all()  # what the writer does when data_version moves
 
     open_reader, opened = readers_calling(path, another_process_writes)
@@ -298,13 +303,7 @@ def test_a_commit_after_another_processs_write_drops_the_index_which_reloads_it(
         writer.execute("UPDATE memories SET importance = 0.9 WHERE content = 'a note 1'")
     index.after_commit(writer)
     assert index.loaded_agents() == 1
-    other_process = open_db(path)
-    with other_process:
-        insert_memory(
-            other_process, agent_id="a", content="from elsewhere", role="user",
-            now=2, timestamp=2, importance=0.5,
-        )  # fmt: skip
-    other_process.close()
+    store_from_another_process(path)
     with writer:
         pass  # the worker's idle commit (App._watch_other_writers)
     index.after_commit(writer)

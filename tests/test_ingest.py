@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import apsw
 import msgspec
@@ -21,6 +24,20 @@ def memory_count(db: Path) -> int:
         return int(str(count))
     finally:
         conn.close()
+
+
+@contextlib.asynccontextmanager
+async def ingesting(nats_url: str, db: Path) -> AsyncIterator[tuple[Any, Any]]:
+    """A running worker on db, its JetStream context, and a subscription to the dead letters."""
+    app = App(worker_config(nats_url, db))
+    await app.start()
+    nc = await nats.connect(nats_url)
+    dead = await nc.subscribe("memory.deadletter.>")
+    try:
+        yield nc.jetstream(), dead
+    finally:
+        await nc.close()
+        await app.stop()
 
 
 async def wait_until(predicate: object, timeout: float = 20.0) -> None:
@@ -68,12 +85,7 @@ async def test_an_invalid_message_is_dead_lettered_with_its_error_and_not_retrie
     nats_url: str, tmp_path: Path
 ) -> None:
     db = tmp_path / "memory.db"
-    app = App(worker_config(nats_url, db))
-    await app.start()
-    nc = await nats.connect(nats_url)
-    dead = await nc.subscribe("memory.deadletter.>")
-    try:
-        js = nc.jetstream()
+    async with ingesting(nats_url, db) as (js, dead):
         await js.publish("memory.ingest.store", b'{"agentId": "a"}')
         await js.publish("memory.ingest.store", b"not json")
         await js.publish("memory.ingest.recall", b'{"agentId": "a"}')
@@ -93,9 +105,6 @@ async def test_an_invalid_message_is_dead_lettered_with_its_error_and_not_retrie
         assert (await js.stream_info("MEMORY_INGEST")).state.messages == 0
         kept = await js.stream_info("MEMORY_DEADLETTER")
         assert kept.state.messages == 3
-    finally:
-        await nc.close()
-        await app.stop()
 
 
 async def test_refused_input_through_ingestion_is_dead_lettered_and_not_stored(
@@ -104,12 +113,7 @@ async def test_refused_input_through_ingestion_is_dead_lettered_and_not_stored(
     """A repeated key, a bad id and a lone surrogate are refused on memory.ingest.store as on
     the bus: each goes to the dead-letter stream with its 400 and message; none is stored."""
     db = tmp_path / "memory.db"
-    app = App(worker_config(nats_url, db))
-    await app.start()
-    nc = await nats.connect(nats_url)
-    dead = await nc.subscribe("memory.deadletter.>")
-    try:
-        js = nc.jetstream()
+    async with ingesting(nats_url, db) as (js, dead):
         for body in (
             b'{"agentId": "B", "agentId": "A", "content": "twice"}',
             b'{"agentId": "a\\u0000", "content": "nul in the id"}',
@@ -123,6 +127,3 @@ async def test_refused_input_through_ingestion_is_dead_lettered_and_not_stored(
         assert any("an id:" in error and "$.agentId" in error for error in errors), errors
         assert any("lone surrogate" in error and "$.content" in error for error in errors), errors
         assert memory_count(db) == 0
-    finally:
-        await nc.close()
-        await app.stop()
