@@ -92,7 +92,8 @@ class Dispatcher:
 
     async def _handle(self, trigger: str, data: bytes, source: str) -> Outcome:
         started = time.perf_counter()
-        agent = done = None
+        agent = None
+        reported: tuple[Route, Any] | None = None  # a success, for the route's report
         self.in_flight += 1
         try:
             if self.in_flight > self.services.config.max_in_flight:
@@ -109,7 +110,7 @@ class Dispatcher:
                 elapsed = round((time.perf_counter() - started) * 1000, 3)
                 reply = msgspec.structs.replace(reply, duration_ms=elapsed)
             outcome = Outcome(self._encoder.encode(reply), None)
-            done = reply
+            reported = (route, reply)
         except WorkerError as error:
             outcome = Outcome(self._encoder.encode(error_reply(error)), error)
         except DAMAGED as error:
@@ -136,9 +137,8 @@ class Dispatcher:
             outcome="ok" if outcome.error is None else outcome.error.code,
             **refusal,
         )
-        reported = self.routes.get(trigger)
-        if done is not None and reported is not None and reported.report is not None:
-            reported.report(self.services, trigger, source, done)
+        if reported is not None and reported[0].report is not None:
+            reported[0].report(self.services, trigger, source, reported[1])
         return outcome
 
     def _count(self, trigger: str, duration_ms: float, error: WorkerError | None) -> None:
