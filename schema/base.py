@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 # An id (agent, session, entity, relation type) is a key that other systems compare, log and
 # show: no control characters (Unicode Cc), no line or paragraph separators, none of the
@@ -35,6 +36,12 @@ Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 # Milliseconds since the epoch, up to the end of year 9999.
 Millis = Annotated[int, msgspec.Meta(ge=0, le=253_402_300_799_999)]
 Role = Literal["user", "assistant", "system"]
+# A tenant is a NATS account name as the server stamps it in `Nats-Request-Info` (`acc`): no
+# whitespace and none of `.`, `*`, `>`, which NATS forbids there. '' is the default tenant: what
+# was written with tenancy off, or before tenants existed.
+TENANT_PATTERN = r"\A[^\s.*>\x00-\x1f\x7f]*\Z"
+Tenant = Annotated[str, msgspec.Meta(max_length=256, pattern=TENANT_PATTERN)]
+DEFAULT_TENANT = ""
 
 
 class Request(
@@ -45,3 +52,15 @@ class Request(
 
 class Reply(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     pass
+
+
+class TriggerRequest(Request, frozen=True, kw_only=True):
+    """A trigger's request. `tenant` is named by administrative callers only (section 15);
+    dispatch sets it to a tenant caller's account before the handler runs."""
+
+    tenant: Tenant | UnsetType = UNSET
+
+
+def tenant_of(request: TriggerRequest) -> str:
+    """The tenant a request acts in: the default tenant when none was set."""
+    return request.tenant if isinstance(request.tenant, str) else DEFAULT_TENANT

@@ -53,6 +53,11 @@ class InvalidRequest(WorkerError):
     code = "invalid_request"
 
 
+class Forbidden(WorkerError):
+    status = "403"
+    code = "forbidden"
+
+
 class NotFound(WorkerError):
     status = "404"
     code = "not_found"

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from schema.base import AgentId, EntityId, Id, Reply, Request
+from schema.base import AgentId, EntityId, Id, Reply, Request, TriggerRequest
 
 # Part of a relation's identity (A -type-> B), so held to the same rule as an id.
 RelationType = Id
@@ -25,7 +25,7 @@ class Entity(Request, frozen=True):
     relations: list[Relation] | UnsetType = UNSET
 
 
-class KgAddRequest(Request, frozen=True):
+class KgAddRequest(TriggerRequest, frozen=True):
     agent_id: AgentId
     entity: Entity
 
@@ -36,7 +36,7 @@ class KgAddReply(Reply, frozen=True):
     relations_added: int
 
 
-class KgQueryRequest(Request, frozen=True):
+class KgQueryRequest(TriggerRequest, frozen=True):
     agent_id: AgentId
     entity_id: EntityId
     depth: Annotated[int, msgspec.Meta(ge=0, le=10)] = 2

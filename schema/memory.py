@@ -7,12 +7,12 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from schema.base import AgentId, Millis, Reply, Request, Role, SessionId, Unit
+from schema.base import AgentId, Millis, Reply, Role, SessionId, TriggerRequest, Unit
 
 DAY_MS = 86_400_000
 
 
-class StoreRequest(Request, frozen=True):
+class StoreRequest(TriggerRequest, frozen=True):
     agent_id: AgentId
     content: str
     role: Role = "user"
@@ -28,7 +28,7 @@ class StoreReply(Reply, frozen=True):
     deduplicated: bool
 
 
-class RecallRequest(Request, frozen=True):
+class RecallRequest(TriggerRequest, frozen=True):
     agent_id: AgentId
     query: str = ""
     limit: Annotated[int, msgspec.Meta(ge=1, le=100)] = 10
@@ -54,7 +54,7 @@ class RecallReply(Reply, frozen=True):
     memories: list[RecalledMemory]
 
 
-class EvictRequest(Request, frozen=True):
+class EvictRequest(TriggerRequest, frozen=True):
     max_age: Millis = 30 * DAY_MS
     min_importance: Unit = 0.2
     min_confidence: Unit = 0.1
@@ -72,7 +72,7 @@ class EvictReply(Reply, frozen=True):
     duration_ms: float
 
 
-class ConsolidateRequest(Request, frozen=True):
+class ConsolidateRequest(TriggerRequest, frozen=True):
     decay_rate: Unit = 0.05
     agent_id: AgentId | UnsetType = UNSET
 

@@ -6,12 +6,12 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from schema.base import AgentId, Reply, Request, SessionId
+from schema.base import AgentId, Reply, SessionId, TriggerRequest
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=100_000)]
 
 
-class SessionListRequest(Request, frozen=True):
+class SessionListRequest(TriggerRequest, frozen=True):
     agent_id: AgentId
 
 
@@ -28,7 +28,7 @@ class SessionListReply(Reply, frozen=True):
     sessions: list[SessionSummary]
 
 
-class CompactRequest(Request, frozen=True):
+class CompactRequest(TriggerRequest, frozen=True):
     agent_id: AgentId
     session_id: SessionId
     threshold: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 30
@@ -46,7 +46,7 @@ class CompactReply(Reply, frozen=True, omit_defaults=True):
     summarizer: Literal["llm", "fallback"] | None = None
 
 
-class RepairRequest(Request, frozen=True):
+class RepairRequest(TriggerRequest, frozen=True):
     agent_id: AgentId
     session_id: SessionId
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from schema.base import Reply, Request
+from schema.base import Reply, TriggerRequest
 
 
-class StatsRequest(Request, frozen=True):
+class StatsRequest(TriggerRequest, frozen=True):
     pass
 
 

@@ -42,6 +42,7 @@ from worker.redact import redact
 from worker.registry import ROUTES
 from worker.services import Services, wall_clock_ms
 from worker.telemetry import JobRecord, Telemetry
+from worker.tenancy import load_grants
 from worker.writer import Writer
 
 log = structlog.get_logger()
@@ -157,6 +158,7 @@ class App:
             nc=nc,
             keyword_mode=config.keyword,
             telemetry=telemetry,
+            grants=load_grants(config),
         )
         embedder = services.embedder
         self._on_stop("embedder", embedder.close)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import zoneinfo
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -52,6 +53,10 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     nats_tls_ca: str = ""
     nats_tls_cert: str = ""
     nats_tls_key: str = ""
+    tenancy: Literal["none", "account"] = "none"
+    # The NATS account the worker runs in: a request stamped with it is administrative.
+    account: str = "MEMORY"
+    grants: str = ""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
 
@@ -141,3 +146,29 @@ def _check_semantics(config: Config) -> None:
         raise ConfigError(f"{env_name('nats_tls_cert')} and {env_name('nats_tls_key')} go together")
     if config.nats_user and not config.nats_password:
         raise ConfigError(f"{env_name('nats_password')}: required with {env_name('nats_user')}")
+    if config.grants and config.tenancy != "account":
+        raise ConfigError(f"{env_name('grants')}: needs {env_name('tenancy')}=account")
+    grant_patterns(config)
+
+
+def grant_patterns(config: Config) -> dict[str, list[str]]:
+    """MEMORY_WORKER_GRANTS read and checked: `{"account/user": ["agent-pattern", ...]}`."""
+    if not config.grants:
+        return {}
+    name = env_name("grants")
+    try:
+        raw = Path(config.grants).read_bytes()
+    except OSError as error:
+        raise ConfigError(f"{name}: cannot read {config.grants}: {error.strerror}") from None
+    try:
+        patterns = msgspec.json.decode(raw, type=dict[str, list[str]])
+    except msgspec.DecodeError as error:
+        raise ConfigError(
+            f'{name}: {config.grants} is not a JSON object of "account/user": '
+            f'["agent-pattern", ...]: {error}'
+        ) from None
+    for key in patterns:
+        account, slash, user = key.partition("/")
+        if not (account and slash and user):
+            raise ConfigError(f"{name}: {key!r} is not `account/user` or `account/*`")
+    return patterns

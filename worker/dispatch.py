@@ -21,6 +21,7 @@ from worker.locate import refusal
 from worker.registry import READER, WRITER, Route
 from worker.services import Services
 from worker.telemetry import Telemetry, TriggerStats
+from worker.tenancy import ADMIN, Caller, scoped, untenanted
 
 log = structlog.get_logger()
 
@@ -83,14 +84,24 @@ class Dispatcher:
             raise InvalidRequest(f"invalid request: {duplicate}")
         return request
 
-    async def handle(self, trigger: str, data: bytes, *, source: str = "bus") -> Outcome:
-        """Every line logged while the request runs (an LLM fallback, an embedding failure, the
-        maintenance counts) carries its trigger, source and, once decoded, agent: they are bound
-        in structlog's context vars for the call and restored after it."""
-        with structlog.contextvars.bound_contextvars(trigger=trigger, source=source, agent=None):
-            return await self._handle(trigger, data, source)
+    def scope(self, route: Route, request: Any, caller: Caller) -> Any:
+        """The request as its handler gets it: in the tenant it acts in (worker/tenancy.py)."""
+        if self.services.config.tenancy == "none":
+            return untenanted(request)
+        return scoped(request, caller, all_tenants=route.all_tenants, grants=self.services.grants)
 
-    async def _handle(self, trigger: str, data: bytes, source: str) -> Outcome:
+    async def handle(
+        self, trigger: str, data: bytes, *, source: str = "bus", caller: Caller = ADMIN
+    ) -> Outcome:
+        """Every line logged while the request runs (an LLM fallback, an embedding failure, the
+        maintenance counts) carries its trigger, source, tenant and, once decoded, agent: they
+        are bound in structlog's context vars for the call and restored after it."""
+        with structlog.contextvars.bound_contextvars(
+            trigger=trigger, source=source, agent=None, tenant=caller.tenant
+        ):
+            return await self._handle(trigger, data, source, caller)
+
+    async def _handle(self, trigger: str, data: bytes, source: str, caller: Caller) -> Outcome:
         started = time.perf_counter()
         agent = None
         reported: tuple[Route, Any] | None = None  # a success, for the route's report
@@ -100,11 +111,12 @@ class Dispatcher:
                 raise Unavailable(
                     f"more than {self.services.config.max_in_flight} requests in flight; retry"
                 )
+            route = self.routes[trigger]
             request = self.decode(trigger, data)
             agent = getattr(request, "agent_id", None)
             agent = agent if isinstance(agent, str) else None
             structlog.contextvars.bind_contextvars(agent=agent)
-            route = self.routes[trigger]
+            request = self.scope(route, request, caller)
             reply = await execute(self.services, route, request)
             if route.timed:
                 elapsed = round((time.perf_counter() - started) * 1000, 3)

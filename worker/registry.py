@@ -49,6 +49,8 @@ class Route:
     timed: bool = False
     # After a success, what operators are told beyond `trigger.handled` (maintenance counts).
     report: Callable[[Services, str, str, Any], None] | None = None
+    # Under tenancy, an administrative request may omit `tenant` to act on every tenant.
+    all_tenants: bool = False
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -81,6 +83,7 @@ ROUTES: tuple[Route, ...] = (
         on=FLOW,
         timed=True,
         report=maintenance.report,
+        all_tenants=True,
     ),
     Route(
         "memory::consolidate",
@@ -89,12 +92,13 @@ ROUTES: tuple[Route, ...] = (
         on=FLOW,
         timed=True,
         report=maintenance.report,
+        all_tenants=True,
     ),
     Route("memory::kg::add", KgAddRequest, kg.kg_add, on=WRITER),
     Route("memory::kg::query", KgQueryRequest, kg.kg_query, on=READER),
     Route("memory::session::list", SessionListRequest, session.session_list, on=READER),
     Route("memory::session::compact", CompactRequest, flows.session_compact, on=FLOW),
     Route("memory::session::repair", RepairRequest, flows.session_repair, on=FLOW),
-    Route("memory::stats", StatsRequest, flows.stats, on=FLOW),
+    Route("memory::stats", StatsRequest, flows.stats, on=FLOW, all_tenants=True),
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}

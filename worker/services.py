@@ -15,6 +15,7 @@ from worker.readers import Readers
 from worker.recall_index.backfill import Backfill
 from worker.recall_index.index import MemoryIndex
 from worker.telemetry import Telemetry
+from worker.tenancy import Grants
 from worker.writer import Writer
 
 
@@ -37,3 +38,5 @@ class Services:
     # The app's telemetry (built before these services): what memory::stats and the
     # maintenance report read and write; dispatch, the scheduler and metrics get it directly.
     telemetry: Telemetry = field(default_factory=Telemetry)
+    # Per-user agent grants under tenancy (MEMORY_WORKER_GRANTS); empty: none.
+    grants: Grants = field(default_factory=Grants)

@@ -44,13 +44,13 @@ def fill(conn: apsw.Connection, count: int, agent: str = "a", session: str = "s"
 
 
 def plan(conn: apsw.Connection, **fields: int) -> CompactionPlan | CompactReply:
-    return plan_compaction(conn, CompactRequest(agent_id="a", session_id="s", **fields))
+    return plan_compaction(conn, CompactRequest(agent_id="a", session_id="s", **fields)  # type: ignore[arg-type])
 
 
 def compact(
     conn: apsw.Connection, summary: str, *, now: int = NOW + 1, **fields: int
 ) -> CompactReply:
-    req = CompactRequest(agent_id="a", session_id="s", **fields)
+    req = CompactRequest(agent_id="a", session_id="s", **fields)  # type: ignore[arg-type]
     planned = plan_compaction(conn, req)
     assert isinstance(planned, CompactionPlan)
     with conn:

@@ -1,0 +1,120 @@
+"""Who is asking (contract section 15): the caller's tenant and user, and what they may name.
+
+With MEMORY_WORKER_TENANCY=account a tenant is a NATS account. The server stamps every request
+that crosses a service import with `Nats-Request-Info` (the caller's account, and with
+`share: true` its user), replacing whatever header the client sent, so a tenant cannot claim
+another account. A request without the header came from inside the worker's own account
+(operators, the CLI) and is administrative, as is the scheduler, and a request stamped with the
+worker's own account. An administrative request names the tenant it acts in; a tenant's request
+acts in its own tenant and may not name one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from schema.base import TriggerRequest
+from schema.errors import Forbidden, InvalidRequest
+from worker.config import Config, grant_patterns
+
+REQUEST_INFO = "Nats-Request-Info"
+
+
+class RequestInfo(msgspec.Struct, frozen=True):
+    """The part of the server's `Nats-Request-Info` header the worker reads."""
+
+    acc: str = ""
+    user: str = ""
+
+
+_decode_info = msgspec.json.Decoder(RequestInfo).decode
+
+
+@dataclass(frozen=True)
+class Caller:
+    """`tenant` None: an administrative caller (the worker's account, the scheduler, the CLI)."""
+
+    tenant: str | None = None
+    user: str | None = None
+
+    @property
+    def requester(self) -> str:
+        """`account/user` as the audit names a caller; `admin` for administrative calls."""
+        return "admin" if self.tenant is None else f"{self.tenant}/{self.user or ''}"
+
+
+ADMIN = Caller()
+
+
+def caller_of(headers: Mapping[str, str] | None, own_account: str) -> Caller:
+    """The caller a request's headers name. An unreadable header is refused rather than read
+    as administrative: only the server (or the worker's own account) writes it."""
+    raw = (headers or {}).get(REQUEST_INFO)
+    if not raw:
+        return ADMIN
+    try:
+        info = _decode_info(raw)
+    except msgspec.DecodeError:
+        raise Forbidden(f"unreadable {REQUEST_INFO} header") from None
+    if not info.acc:
+        raise Forbidden(f"{REQUEST_INFO} header names no account")
+    if info.acc == own_account:
+        return ADMIN
+    return Caller(tenant=info.acc, user=info.user or None)
+
+
+class Grants:
+    """Per-user agent patterns inside a tenant (MEMORY_WORKER_GRANTS): a JSON object from
+    `account/user` (or `account/*`, for that account's users without an entry of their own) to
+    a list of fnmatch patterns over agent ids. A user matched by no entry may name any agent of
+    its tenant."""
+
+    def __init__(self, patterns: Mapping[str, list[str]] | None = None) -> None:
+        self._patterns = dict(patterns or {})
+
+    def allows(self, caller: Caller, agent_id: str) -> bool:
+        if caller.tenant is None:
+            return True
+        patterns = self._patterns.get(f"{caller.tenant}/{caller.user or ''}")
+        if patterns is None:
+            patterns = self._patterns.get(f"{caller.tenant}/*")
+        return patterns is None or any(fnmatchcase(agent_id, p) for p in patterns)
+
+
+def load_grants(config: Config) -> Grants:
+    return Grants(grant_patterns(config))
+
+
+def scoped(
+    request: TriggerRequest, caller: Caller, *, all_tenants: bool, grants: Grants
+) -> TriggerRequest:
+    """The request as the handler gets it under tenancy: acting in the caller's tenant, or in
+    the one an administrative caller named; refused when the caller may not ask it."""
+    if caller.tenant is None:
+        if request.tenant is UNSET and not all_tenants:
+            raise InvalidRequest(
+                "tenant: required on an administrative request (one from the worker's own "
+                "account) for this trigger - at `$.tenant`"
+            )
+        return request
+    if request.tenant is not UNSET:
+        raise Forbidden("tenant: only the worker's own account may name a tenant - at `$.tenant`")
+    agent_id: Any = getattr(request, "agent_id", None)
+    if isinstance(agent_id, str) and not grants.allows(caller, agent_id):
+        raise Forbidden(f"agentId: {agent_id!r} is not granted to this user - at `$.agentId`")
+    return msgspec.structs.replace(request, tenant=caller.tenant)
+
+
+def untenanted(request: TriggerRequest) -> TriggerRequest:
+    """With tenancy off, every request acts in the default tenant and may not name another."""
+    if request.tenant is not UNSET:
+        raise InvalidRequest(
+            "tenant: tenancy is off (MEMORY_WORKER_TENANCY=none); omit it - at `$.tenant`"
+        )
+    return request
