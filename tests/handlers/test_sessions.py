@@ -44,7 +44,8 @@ def fill(conn: apsw.Connection, count: int, agent: str = "a", session: str = "s"
 
 
 def plan(conn: apsw.Connection, **fields: int) -> CompactionPlan | CompactReply:
-    return plan_compaction(conn, CompactRequest(agent_id="a", session_id="s", **fields)  # type: ignore[arg-type])
+    req = CompactRequest(agent_id="a", session_id="s", **fields)  # type: ignore[arg-type]
+    return plan_compaction(conn, req)
 
 
 def compact(
