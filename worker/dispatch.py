@@ -7,7 +7,7 @@ error headers. Nothing here raises: a handler failure never stops the worker.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ from worker.locate import refusal
 from worker.registry import READER, WRITER, Route
 from worker.services import Services
 from worker.telemetry import Telemetry, TriggerStats
-from worker.tenancy import ADMIN, Caller, scoped, untenanted
+from worker.tenancy import ADMIN, Caller, caller_of, scoped, untenanted
 
 log = structlog.get_logger()
 
@@ -91,17 +91,34 @@ class Dispatcher:
         return scoped(request, caller, all_tenants=route.all_tenants, grants=self.services.grants)
 
     async def handle(
-        self, trigger: str, data: bytes, *, source: str = "bus", caller: Caller = ADMIN
+        self,
+        trigger: str,
+        data: bytes,
+        *,
+        source: str = "bus",
+        caller: Caller = ADMIN,
+        headers: Mapping[str, str] | None = None,
     ) -> Outcome:
-        """Every line logged while the request runs (an LLM fallback, an embedding failure, the
+        """`headers`, a bus request's, name the caller under tenancy (`Nats-Request-Info`);
+        without them the caller is `caller` (ingest knows it from the subject, the scheduler is
+        administrative).
+
+        Every line logged while the request runs (an LLM fallback, an embedding failure, the
         maintenance counts) carries its trigger, source, tenant and, once decoded, agent: they
         are bound in structlog's context vars for the call and restored after it."""
         with structlog.contextvars.bound_contextvars(
             trigger=trigger, source=source, agent=None, tenant=caller.tenant
         ):
-            return await self._handle(trigger, data, source, caller)
+            return await self._handle(trigger, data, source, caller, headers)
 
-    async def _handle(self, trigger: str, data: bytes, source: str, caller: Caller) -> Outcome:
+    async def _handle(
+        self,
+        trigger: str,
+        data: bytes,
+        source: str,
+        caller: Caller,
+        headers: Mapping[str, str] | None,
+    ) -> Outcome:
         started = time.perf_counter()
         agent = None
         reported: tuple[Route, Any] | None = None  # a success, for the route's report
@@ -112,6 +129,9 @@ class Dispatcher:
                     f"more than {self.services.config.max_in_flight} requests in flight; retry"
                 )
             route = self.routes[trigger]
+            if headers is not None and self.services.config.tenancy == "account":
+                caller = caller_of(headers, self.services.config.account)
+                structlog.contextvars.bind_contextvars(tenant=caller.tenant)
             request = self.decode(trigger, data)
             agent = getattr(request, "agent_id", None)
             agent = agent if isinstance(agent, str) else None
