@@ -64,3 +64,16 @@ class TriggerRequest(Request, frozen=True, kw_only=True):
 def tenant_of(request: TriggerRequest) -> str:
     """The tenant a request acts in: the default tenant when none was set."""
     return request.tenant if isinstance(request.tenant, str) else DEFAULT_TENANT
+
+
+# Who a row belongs to: (tenant, agentId), the first two columns of every agent table's keys,
+# so SQL reads `WHERE tenant = ? AND agent_id = ?` with `(*agent, ...)`.
+Agent = tuple[str, str]
+
+
+def agent_of(request: TriggerRequest) -> Agent:
+    """The agent a request names, in the tenant it acts in."""
+    agent_id = getattr(request, "agent_id", None)
+    if not isinstance(agent_id, str):
+        raise TypeError(f"{type(request).__name__} names no agent")
+    return (tenant_of(request), agent_id)

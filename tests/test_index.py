@@ -32,7 +32,7 @@ def filled_db(path: Path, agents: tuple[str, ...], count: int) -> apsw.Connectio
         for agent in agents:
             for number in range(count):
                 insert_memory(
-                    conn, agent_id=agent, content=f"{agent} note {number}", role="user",
+                    conn, agent=("", agent), content=f"{agent} note {number}", role="user",
                     now=1, timestamp=1, importance=0.5,
                 )  # fmt: skip
     return conn
@@ -70,7 +70,7 @@ def store_from_another_process(path: Path) -> None:
     other_process = open_db(path)
     with other_process:
         insert_memory(
-            other_process, agent_id="a", content="from elsewhere", role="user",
+            other_process, agent=("", "a"), content="from elsewhere", role="user",
             now=2, timestamp=2, importance=0.5,
         )  # fmt: skip
     other_process.close()
@@ -108,7 +108,7 @@ def test_writes_committed_during_a_load_are_applied_without_waiting_for_it(
     def write_and_apply() -> None:
         with writer:
             insert_memory(
-                writer, agent_id="a", content="written during the load", role="user",
+                writer, agent=("", "a"), content="written during the load", role="user",
                 now=2, timestamp=2, importance=0.5,
             )  # fmt: skip
             writer.execute("UPDATE memories SET importance = 0.9 WHERE content = 'a note 1'")

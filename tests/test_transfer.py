@@ -72,7 +72,7 @@ def fill(conn: apsw.Connection, agent: str) -> None:
             vector = rng.standard_normal(8).astype(np.float32)
             memory_id, _ = insert_memory(
                 conn,
-                agent_id=agent,
+                agent=("", agent),
                 content=f"{agent}: {content}",
                 role=role,
                 now=NOW + n,
@@ -88,10 +88,10 @@ def fill(conn: apsw.Connection, agent: str) -> None:
             "WHERE agent_id = ? AND role = 'assistant'",
             (NOW + DAY, agent),
         )
-        remove_memories(conn, agent, [ids[3]])  # leaves s2 with a gap in its positions
+        remove_memories(conn, ("", agent), [ids[3]])  # leaves s2 with a gap in its positions
         write_messages(
             conn,
-            agent,
+            ("", agent),
             "s2",
             [(ids[2], "system", NOW - 2 * DAY), (None, "user", NOW), ("gone", "user", NOW + 1)],
         )
@@ -215,7 +215,7 @@ def test_content_the_agent_already_holds_is_skipped_and_sessions_follow_its_id(
     with target:
         existing, _ = insert_memory(
             target,
-            agent_id="a",
+            agent=("", "a"),
             content="a: deploys fail when the cache is cold",
             role="user",
             now=1,
@@ -239,7 +239,7 @@ def test_an_imported_session_replaces_the_one_in_the_database(
     """Sessions are replaced, not merged: the file's list is the session afterwards."""
     with target:
         target.execute("INSERT INTO sessions VALUES ('a', 's1', 1, 2, NULL, NULL)")
-        write_messages(target, "a", "s1", [("local", "user", 3), (None, "system", 4)])
+        write_messages(target, ("", "a"), "s1", [("local", "user", 3), (None, "system", 4)])
     import_jsonl(target, lines_of(export_bytes(source)))
     assert dump(target)["session_messages"] == dump(source)["session_messages"]
     assert dump(target)["sessions"] == dump(source)["sessions"]
@@ -330,7 +330,7 @@ def test_reading_the_file_leaves_the_database_writable_by_a_worker(
         with other:
             insert_memory(
                 other,
-                agent_id="w",
+                agent=("", "w"),
                 content=f"written at {done}",
                 role="user",
                 now=1,
@@ -468,7 +468,7 @@ def test_any_memory_survives_the_round_trip(
         for content, importance, metadata, vector in memories:
             insert_memory(
                 source,
-                agent_id="p",
+                agent=("", "p"),
                 content=content,
                 role="user",
                 now=NOW,

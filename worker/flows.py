@@ -111,7 +111,8 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
     t = s.telemetry
     counts: dict[str, int | None]
     try:
-        counts = dict(await s.readers.run(database_counts))
+        tenant = req.tenant if isinstance(req.tenant, str) else None
+        counts = dict(await s.readers.run(lambda conn: database_counts(conn, tenant)))
     except DAMAGED as error:
         t.health.corrupt(f"memory::stats: {type(error).__name__}: {error}")
         counts = dict.fromkeys(COUNTED)
@@ -131,7 +132,9 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
                 errors=figures.errors,
                 mean_ms=round(figures.total_ms / max(1, figures.requests), 3),
             )
-            for trigger, figures in t.triggers.items()
+            for trigger, figures in (
+                t.triggers.items() if tenant is None else t.by_tenant.get(tenant, {}).items()
+            )
         },
         agents=counts["agents"],
         memories=counts["memories"],
