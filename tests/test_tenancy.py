@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import msgspec
 import pytest
 
 from tests.conftest import worker_config
+from tests.test_cli import cli
 from worker.app import App
 from worker.config import ConfigError, load_config
 from worker.tenancy import ADMIN, Caller, caller_of
@@ -145,3 +147,16 @@ def test_a_grants_file_is_checked_at_start_up(tmp_path: Path) -> None:
     path.write_text('{"TEAM_A/alice": ["planner-*"]}')
     with pytest.raises(ConfigError, match="TENANCY=account"):
         load_config({"MEMORY_WORKER_GRANTS": str(path)})
+
+
+async def test_the_stats_command_counts_one_tenant_when_asked(nats_url: str, tenanted: App) -> None:
+    named = {"agentId": "a", "content": "x", "tenant": "TEAM_A"}
+    assert (await ask(tenanted, "memory::store", named, None))["stored"]
+    counted = {}
+    for tenant in ("TEAM_A", "TEAM_B"):
+        done = await asyncio.to_thread(
+            cli, "stats", "--json", "--tenant", tenant, "--nats-url", nats_url
+        )
+        assert done.returncode == 0, done.stderr
+        counted[tenant] = json.loads(done.stdout)["memories"]
+    assert counted == {"TEAM_A": 1, "TEAM_B": 0}

@@ -60,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     fire.add_argument("payload", nargs="?", default="{}", help="JSON request, or - for stdin")
     stats = _client(commands, "stats", "ask a running worker what it has done and holds", 10.0)
     stats.add_argument("--json", action="store_true", help="the memory::stats reply as JSON")
+    stats.add_argument(
+        "--tenant", help="under tenancy, count one tenant (an account name; '' the default)"
+    )
     _client(commands, "check", "exit 0 if a memory worker answers $SRV.PING and is healthy", 3.0)
     bench = commands.add_parser("bench", help="measure latency, throughput, RSS and quality")
     from worker.bench.command import add_arguments
