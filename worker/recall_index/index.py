@@ -208,7 +208,8 @@ class MemoryIndex:
             self._generation += 1
 
     def loaded_agents(self, tenant: str | None = None) -> int:
-        """Agents loaded now: of every tenant, or (for a tenant's memory::stats) of one."""
+        """Agents loaded now: of every tenant, or (for a tenant's memory::stats) of one. Without
+        the lock, as the event loop calls it: copying the keys is one atomic step."""
         if tenant is None:
             return len(self._agents)
         return sum(1 for loaded, _ in list(self._agents) if loaded == tenant)
