@@ -39,7 +39,7 @@ def filled_db(path: Path, agents: tuple[str, ...], count: int) -> apsw.Connectio
 
 
 def columns_of(index: MemoryIndex, agent_id: str) -> Columns:
-    return index.snapshot(agent_id).columns
+    return index.snapshot(("", agent_id)).columns
 
 
 def readers_calling(
@@ -197,7 +197,7 @@ def test_when_a_load_fails_a_recall_that_waited_for_it_loads_again(tmp_path: Pat
 
     index = MemoryIndex(Readers(path), open_reader=open_reader, max_bytes=10**9, clock=lambda: 3)
     with pytest.raises(RuntimeError):
-        index.agent("a")
+        index.agent(("", "a"))
     assert second.finish() == [20] and len(opened) == 2
 
 
@@ -239,11 +239,11 @@ async def test_snapshots_of_an_agent_being_loaded_share_one_load_and_hold_no_rea
     readers = Readers(path, threads=2)
     index = MemoryIndex(readers, max_bytes=10**9, clock=lambda: 3, open_reader=slow_reader)
     try:
-        assert await index.with_snapshot("b", rows) == 20
-        slow = [asyncio.ensure_future(index.with_snapshot("a", rows)) for _ in range(8)]
+        assert await index.with_snapshot(("", "b"), rows) == 20
+        slow = [asyncio.ensure_future(index.with_snapshot(("", "a"), rows)) for _ in range(8)]
         await asyncio.sleep(0.05)
         started = time.monotonic()
-        assert await index.with_snapshot("b", rows) == 20
+        assert await index.with_snapshot(("", "b"), rows) == 20
         assert time.monotonic() - started < 0.3 and not any(task.done() for task in slow)
         assert await asyncio.gather(*slow) == [20] * 8
     finally:
