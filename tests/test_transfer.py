@@ -36,7 +36,9 @@ NOW = 1_795_000_000_000
 DAY = 86_400_000
 # Every row starts with (tenant, agentId).
 TABLES = {
-    "memories": "SELECT tenant, agent_id, * FROM memories ORDER BY id",
+    "memories": "SELECT tenant, agent_id, id, role, content, hash, session_id, importance, "
+    "confidence, access_count, last_accessed, timestamp, metadata, embedding, embedding_model, "
+    "created_at FROM memories ORDER BY id",
     "sessions": "SELECT * FROM sessions ORDER BY tenant, agent_id, id",
     # positions are renumbered on import; the order is what a session means
     "session_messages": "SELECT tenant, agent_id, session_id, memory_id, role, timestamp "
