@@ -10,7 +10,9 @@ from __future__ import annotations
 import apsw
 import msgspec
 
+from handlers.audit import Change
 from handlers.evict import scope_of
+from schema.base import Agent
 from schema.memory import ConsolidateReply, ConsolidateRequest
 
 WEEK_MS = 604_800_000
@@ -54,12 +56,25 @@ def plan_decay(
 
 def apply_decay(conn: apsw.Connection, plan: DecayPlan, lo: int, hi: int) -> int:
     """Decay the matching memories with lo < rowid <= hi; how many were decayed."""
-    conn.execute(
+    return sum(decay_range(conn, plan, lo, hi).values())
+
+
+def decay_range(conn: apsw.Connection, plan: DecayPlan, lo: int, hi: int) -> dict[Agent, int]:
+    """Decay the matching memories with lo < rowid <= hi; how many, per agent (the audit's
+    counts)."""
+    decayed: dict[Agent, int] = {}
+    for tenant, agent_id in conn.execute(
         "UPDATE memories SET confidence = max(?, confidence * (1.0 - ?)) "
-        f"WHERE rowid > ? AND rowid <= ? AND {RULE}{plan.scope}",
+        f"WHERE rowid > ? AND rowid <= ? AND {RULE}{plan.scope} RETURNING tenant, agent_id",
         (FLOOR, plan.decay_rate, lo, hi, plan.cutoff, FLOOR, *plan.scope_params),
-    )
-    return conn.changes()
+    ):
+        agent = (str(tenant), str(agent_id))
+        decayed[agent] = decayed.get(agent, 0) + 1
+    return decayed
+
+
+def decayed_changes(decayed: dict[Agent, int]) -> list[Change]:
+    return [Change(agent, count=count) for agent, count in decayed.items()]
 
 
 def consolidate(conn: apsw.Connection, req: ConsolidateRequest, *, now: int) -> ConsolidateReply:

@@ -16,6 +16,7 @@ import apsw
 import msgspec
 from msgspec import UNSET
 
+from handlers.audit import Change
 from handlers.session_refs import remove_memories
 from schema.base import Agent
 from schema.memory import ConsolidateRequest, EvictReply, EvictRequest
@@ -111,6 +112,20 @@ def plan_eviction(conn: apsw.Connection, req: EvictRequest, *, now: int) -> Evic
 def apply_eviction(conn: apsw.Connection, doomed: Sequence[Doomed]) -> dict[Reason, int]:
     """Delete the memories of one chunk that still have the scores they were chosen by; the
     counts by reason of those deleted."""
+    return count_reasons(delete_doomed(conn, doomed))
+
+
+def evicted_changes(deleted: Sequence[Doomed]) -> list[Change]:
+    """What the audit records of a chunk: the memories deleted, per agent."""
+    by_agent: dict[Agent, list[str]] = {}
+    for memory in deleted:
+        by_agent.setdefault((memory.tenant, memory.agent_id), []).append(memory.memory_id)
+    return [Change(agent, ids) for agent, ids in by_agent.items()]
+
+
+def delete_doomed(conn: apsw.Connection, doomed: Sequence[Doomed]) -> list[Doomed]:
+    """Delete the memories of one chunk that still have the scores they were chosen by (with
+    their session references); those deleted."""
     chosen = {memory.memory_id: memory for memory in doomed}
     deleted = [
         chosen[str(row[0])]
@@ -128,7 +143,7 @@ def apply_eviction(conn: apsw.Connection, doomed: Sequence[Doomed]) -> dict[Reas
         by_agent.setdefault((memory.tenant, memory.agent_id), []).append(memory.memory_id)
     for agent, memory_ids in by_agent.items():
         remove_memories(conn, agent, memory_ids)
-    return count_reasons(deleted)
+    return deleted
 
 
 def evict_reply(counts: dict[Reason, int], *, dry_run: bool) -> EvictReply:

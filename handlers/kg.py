@@ -14,6 +14,7 @@ import apsw
 import msgspec
 from msgspec import UNSET
 
+from handlers.audit import Change
 from schema.base import Agent, agent_of
 from schema.errors import InvalidRequest, PayloadTooLarge
 from schema.kg import EntityOut, KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest, RelationOut
@@ -71,6 +72,12 @@ def kg_add(conn: apsw.Connection, req: KgAddRequest, *, now: int) -> KgAddReply:
             (*agent, relation.target, inverse_of(relation.type), entity.id),
         )
     return KgAddReply(stored=True, id=entity.id, relations_added=added)
+
+
+def kg_add_changes(req: KgAddRequest, reply: KgAddReply) -> list[Change]:
+    """What the audit records of an add: the entity, and the targets of its relations."""
+    targets = [] if req.entity.relations is UNSET else [r.target for r in req.entity.relations]
+    return [Change(agent_of(req), [reply.id, *dict.fromkeys(t for t in targets if t != reply.id)])]
 
 
 def inverse_of(relation_type: str) -> str:

@@ -53,6 +53,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     nats_tls_ca: str = ""
     nats_tls_cert: str = ""
     nats_tls_key: str = ""
+    # Days an audit row is kept; eviction removes older ones.
+    audit_retention: Annotated[int, msgspec.Meta(ge=1, le=36500)] = 90
     tenancy: Literal["none", "account"] = "none"
     # The NATS account the worker runs in: a request stamped with it is administrative.
     account: str = "MEMORY"

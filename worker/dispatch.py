@@ -14,7 +14,9 @@ from typing import Any
 import msgspec
 import structlog
 
+from handlers.audit import Call
 from schema.errors import Internal, InvalidRequest, Unavailable, WorkerError, error_reply
+from worker.audit import CALL, audited
 from worker.db import DAMAGED
 from worker.json_keys import duplicate_key
 from worker.locate import refusal
@@ -30,9 +32,12 @@ async def execute(services: Services, route: Route, request: Any) -> Any:
     """Run the route's function where its row says: a pure handler in one transaction on the
     writer, or on a reader, given the time; a flow with the services."""
     if route.on == WRITER:
-        return await services.writer.run(
-            lambda conn: route.run(conn, request, now=services.clock())
+        job = audited(
+            lambda conn: route.run(conn, request, now=services.clock()),
+            lambda reply: () if route.audit is None else route.audit(request, reply),
+            services.clock,
         )
+        return await services.writer.run(job)
     if route.on == READER:
         return await services.readers.run(
             lambda conn: route.run(conn, request, now=services.clock())
@@ -122,6 +127,7 @@ class Dispatcher:
         started = time.perf_counter()
         agent = None
         reported: tuple[Route, Any] | None = None  # a success, for the route's report
+        audit_call = None
         self.in_flight += 1
         try:
             if self.in_flight > self.services.config.max_in_flight:
@@ -137,6 +143,7 @@ class Dispatcher:
             agent = agent if isinstance(agent, str) else None
             structlog.contextvars.bind_contextvars(agent=agent)
             request = self.scope(route, request, caller)
+            audit_call = CALL.set(Call(trigger, source, caller.requester))
             reply = await execute(self.services, route, request)
             if route.timed:
                 elapsed = round((time.perf_counter() - started) * 1000, 3)
@@ -157,6 +164,8 @@ class Dispatcher:
             outcome = Outcome(self._encoder.encode(error_reply(failure)), failure)
         finally:
             self.in_flight -= 1
+            if audit_call is not None:
+                CALL.reset(audit_call)
         duration_ms = (time.perf_counter() - started) * 1000
         self._count(trigger, duration_ms, outcome.error, caller.tenant)
         refusal = {} if outcome.error is None else {"field": outcome.error.field}

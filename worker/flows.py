@@ -16,11 +16,12 @@ import apsw
 
 from handlers import recall as recall_handler
 from handlers import session
+from handlers.audit import Change
 from handlers.session_repair import repair
 from handlers.stats import COUNTED, database_counts
 from handlers.store import check_store
 from handlers.store import store as store_handler
-from schema.base import tenant_of
+from schema.base import agent_of, tenant_of
 from schema.memory import (
     RecallReply,
     RecallRequest,
@@ -34,6 +35,7 @@ from schema.session import (
     RepairRequest,
 )
 from schema.stats import JobFigures, StatsReply, StatsRequest, TriggerFigures
+from worker.audit import audited
 from worker.db import DAMAGED
 from worker.embedders import Vector
 from worker.llm import summarise
@@ -55,8 +57,12 @@ async def store(s: Services, req: StoreRequest) -> StoreReply:
         [vector] = await s.embedder.embed([req.content], query=False)
         embedding = None if vector is None else (s.embedder.name, vector)
     reply = await s.writer.run(
-        lambda conn: store_handler(
-            conn, req, now=s.clock(), max_content_bytes=limit, embedding=embedding
+        audited(
+            lambda conn: store_handler(
+                conn, req, now=s.clock(), max_content_bytes=limit, embedding=embedding
+            ),
+            lambda reply: [Change(agent_of(req), [reply.id])] if reply.stored else [],
+            s.clock,
         )
     )
     if embedding is None and reply.stored and s.backfill is not None:
@@ -175,10 +181,15 @@ async def session_compact(s: Services, req: CompactRequest) -> CompactReply:
     [vector] = await s.embedder.embed([text], query=False)
     embedding = None if vector is None else (s.embedder.name, vector)
     reply = await s.writer.run(
-        lambda conn: session.apply_compaction(
-            conn, req, plan, summary=text, summarizer=summarizer, now=s.clock(), embedding=embedding
+        audited(
+            lambda conn: session.apply_compaction(
+                conn, req, plan, summary=text, summarizer=summarizer, now=s.clock(),
+                embedding=embedding,
+            ),
+            lambda reply: [Change(agent_of(req), [reply.summary_id] if reply.summary_id else [])],
+            s.clock,
         )
-    )
+    )  # fmt: skip
     if embedding is None and reply.compacted and s.backfill is not None:
         s.backfill.add(
             tenant_of(req), req.agent_id
@@ -187,7 +198,13 @@ async def session_compact(s: Services, req: CompactRequest) -> CompactReply:
 
 
 async def session_repair(s: Services, req: RepairRequest) -> RepairReply:
-    reply = await s.writer.run(lambda conn: repair(conn, req, now=s.clock()))
+    reply = await s.writer.run(
+        audited(
+            lambda conn: repair(conn, req, now=s.clock()),
+            lambda reply: [Change(agent_of(req), count=reply.total_fixes)],
+            s.clock,
+        )
+    )
     if reply.stats.consecutive_merged:
         await embed_missing(s, tenant_of(req), req.agent_id)
     return reply

@@ -22,10 +22,20 @@ from typing import Any, TypeVar
 import msgspec
 import structlog
 
-from handlers.consolidate import apply_decay, plan_decay
-from handlers.evict import Reason, apply_eviction, evict_reply, plan_eviction
-from schema.memory import ConsolidateReply, ConsolidateRequest, EvictReply, EvictRequest
+from handlers.audit import purge as purge_audit
+from handlers.consolidate import decay_range, decayed_changes, plan_decay
+from handlers.evict import (
+    Reason,
+    count_reasons,
+    delete_doomed,
+    evict_reply,
+    evicted_changes,
+    plan_eviction,
+    scope_of,
+)
+from schema.memory import DAY_MS, ConsolidateReply, ConsolidateRequest, EvictReply, EvictRequest
 from schema.stats import RunFigures
+from worker.audit import audited
 from worker.services import Services
 from worker.telemetry import JobRecord, MaintenanceRun
 
@@ -47,9 +57,13 @@ async def evict(s: Services, req: EvictRequest) -> EvictReply:
         return evict_reply(plan.counts(), dry_run=True)
     totals: dict[Reason, int] = {"stale": 0, "low_confidence": 0, "over_cap": 0}
     for part in chunks(plan.doomed):
-        counts = await s.writer.run(partial(apply_eviction, doomed=part))
-        for reason, count in counts.items():
+        deleted = await s.writer.run(
+            audited(partial(delete_doomed, doomed=part), evicted_changes, s.clock)
+        )
+        for reason, count in count_reasons(deleted).items():
             totals[reason] += count
+    before = now - s.config.audit_retention * DAY_MS
+    await s.writer.run(lambda conn: purge_audit(conn, before, *scope_of(req)))
     return evict_reply(totals, dry_run=False)
 
 
@@ -58,7 +72,10 @@ async def consolidate(s: Services, req: ConsolidateRequest) -> ConsolidateReply:
     plan = await s.readers.run(lambda conn: plan_decay(conn, req, now=now, chunk=CHUNK))
     decayed = 0
     for lo, hi in plan.ranges:
-        decayed += await s.writer.run(partial(apply_decay, plan=plan, lo=lo, hi=hi))
+        per_agent = await s.writer.run(
+            audited(partial(decay_range, plan=plan, lo=lo, hi=hi), decayed_changes, s.clock)
+        )
+        decayed += sum(per_agent.values())
     return ConsolidateReply(memories_decayed=decayed, memories_merged=0, duration_ms=0.0)
 
 

@@ -17,13 +17,15 @@ in the group `memory` -> `kg`, served at `<prefix>memory.kg.add`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal
 
-from handlers import kg, session
+from handlers import audit, kg, session
+from handlers.audit import Change
 from schema.base import TriggerRequest
 from schema.kg import KgAddRequest, KgQueryRequest
+from schema.life import AuditRequest
 from schema.memory import ConsolidateRequest, EvictRequest, RecallRequest, StoreRequest
 from schema.session import CompactRequest, RepairRequest, SessionListRequest
 from schema.stats import StatsRequest
@@ -51,6 +53,9 @@ class Route:
     report: Callable[[Services, str, str, Any], None] | None = None
     # Under tenancy, an administrative request may omit `tenant` to act on every tenant.
     all_tenants: bool = False
+    # For a WRITER route: what a success changed, recorded in the audit in the same
+    # transaction (worker/audit.py). FLOW routes record their writes themselves.
+    audit: Callable[[Any, Any], Iterable[Change]] | None = None
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -94,11 +99,12 @@ ROUTES: tuple[Route, ...] = (
         report=maintenance.report,
         all_tenants=True,
     ),
-    Route("memory::kg::add", KgAddRequest, kg.kg_add, on=WRITER),
+    Route("memory::kg::add", KgAddRequest, kg.kg_add, on=WRITER, audit=kg.kg_add_changes),
     Route("memory::kg::query", KgQueryRequest, kg.kg_query, on=READER),
     Route("memory::session::list", SessionListRequest, session.session_list, on=READER),
     Route("memory::session::compact", CompactRequest, flows.session_compact, on=FLOW),
     Route("memory::session::repair", RepairRequest, flows.session_repair, on=FLOW),
     Route("memory::stats", StatsRequest, flows.stats, on=FLOW, all_tenants=True),
+    Route("memory::audit", AuditRequest, audit.audit_events, on=READER, all_tenants=True),
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}

@@ -44,9 +44,10 @@ class Caller:
     user: str | None = None
 
     @property
-    def requester(self) -> str:
-        """`account/user` as the audit names a caller; `admin` for administrative calls."""
-        return "admin" if self.tenant is None else f"{self.tenant}/{self.user or ''}"
+    def requester(self) -> str | None:
+        """`account/user` as the audit names a caller (`account/` when the import does not
+        share the user); None when the bus did not say (an administrative call)."""
+        return None if self.tenant is None else f"{self.tenant}/{self.user or ''}"
 
 
 ADMIN = Caller()

@@ -1,0 +1,116 @@
+"""The audit log's rows (contract section 12): what changed, never content.
+
+Writes record their changes in the transaction that makes them (worker/audit.py hands the call's
+source and requester); eviction purges rows past the retention; memory::audit pages through them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+import msgspec
+from msgspec import UNSET
+
+from handlers.cursors import decode_cursor, encode_cursor
+from schema.base import Agent
+from schema.life import AuditEvent, AuditReply, AuditRequest
+
+# Past this many memories an event keeps only their count.
+MAX_IDS = 100
+
+
+@dataclass(frozen=True)
+class Call:
+    """Who asked for the change being made, and through what."""
+
+    trigger: str
+    source: str  # "bus" | "schedule" | "ingest" | "cli"
+    requester: str | None = None  # `account/user` when the bus names the caller
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one write did to one agent: the memories (or entities) it touched, or how many."""
+
+    agent: Agent
+    ids: Sequence[str] = ()
+    count: int | None = None  # when not len(ids): a count without ids (consolidate, erase)
+
+
+def record(conn: apsw.Connection, call: Call | None, changes: Iterable[Change], now: int) -> None:
+    """Append one audit row per change that did something. No call: a write outside any trigger
+    (a test, an import), which the audit does not describe."""
+    if call is None:
+        return
+    rows = []
+    for change in changes:
+        count = len(change.ids) if change.count is None else change.count
+        if count == 0:
+            continue
+        ids = None
+        if change.ids and len(change.ids) <= MAX_IDS:
+            ids = msgspec.json.encode(list(change.ids)).decode()
+        tenant, agent_id = change.agent
+        rows.append((now, tenant, agent_id, call.trigger, ids, count, call.source, call.requester))
+    if rows:
+        conn.executemany(
+            "INSERT INTO audit (at, tenant, agent_id, trigger, ids, count, source, requester) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+
+
+def purge(conn: apsw.Connection, before: int, scope: str, params: tuple[str, ...]) -> int:
+    """Remove audit rows older than `before` within an eviction's scope (` AND tenant = ?`
+    and so on, as handlers/evict.py's scope_of makes it): the retention. How many."""
+    conn.execute(f"DELETE FROM audit WHERE at < ?{scope}", (before, *params))
+    return conn.changes()
+
+
+def audit_events(conn: apsw.Connection, req: AuditRequest, *, now: int) -> AuditReply:
+    """A read, oldest first: `now` is the registry's calling convention, unused."""
+    where: list[str] = ["1"]
+    params: list[str | int] = []
+    scope: tuple[Any, ...] = ("audit", req.tenant, req.agent_id, req.since)
+    scope = tuple(None if part is UNSET else part for part in scope)
+    if req.tenant is not UNSET:
+        where.append("tenant = ?")
+        params.append(req.tenant)
+    if req.agent_id is not UNSET:
+        where.append("agent_id = ?")
+        params.append(req.agent_id)
+    if req.since is not UNSET:
+        where.append("at >= ?")
+        params.append(req.since)
+    if req.cursor is not UNSET:
+        [after] = decode_cursor(req.cursor, scope, 1)
+        where.append("seq > ?")
+        params.append(after)
+    rows = conn.execute(
+        "SELECT seq, at, trigger, agent_id, source, requester, ids, count FROM audit "
+        f"WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?",
+        (*params, req.limit + 1),
+    ).fetchall()
+    events = [_event(row) for row in rows[: req.limit]]
+    more = len(rows) > req.limit
+    return AuditReply(
+        events=events,
+        next_cursor=encode_cursor(scope, (events[-1].seq,)) if more else None,
+    )
+
+
+def _event(row: Any) -> AuditEvent:
+    seq, at, trigger, agent_id, source, requester, ids, count = row
+    return AuditEvent(
+        seq=int(seq),
+        at=int(at),
+        trigger=str(trigger),
+        agent_id=str(agent_id),
+        source=str(source),
+        requester=None if requester is None else str(requester),
+        ids=None if ids is None else msgspec.json.decode(str(ids), type=list[str]),
+        count=int(count) if ids is None else None,
+    )
