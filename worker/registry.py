@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal
 
-from handlers import audit, kg, session
+from handlers import audit, kg, kg_delete, session
 from handlers.audit import Change
 from schema.base import TriggerRequest
 from schema.kg import KgAddRequest, KgQueryRequest
-from schema.life import AuditRequest
+from schema.life import AuditRequest, KgDeleteRequest
 from schema.memory import ConsolidateRequest, EvictRequest, RecallRequest, StoreRequest
 from schema.session import CompactRequest, RepairRequest, SessionListRequest
 from schema.stats import StatsRequest
@@ -101,6 +101,13 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route("memory::kg::add", KgAddRequest, kg.kg_add, on=WRITER, audit=kg.kg_add_changes),
     Route("memory::kg::query", KgQueryRequest, kg.kg_query, on=READER),
+    Route(
+        "memory::kg::delete",
+        KgDeleteRequest,
+        kg_delete.kg_delete,
+        on=WRITER,
+        audit=kg_delete.kg_delete_changes,
+    ),
     Route("memory::session::list", SessionListRequest, session.session_list, on=READER),
     Route("memory::session::compact", CompactRequest, flows.session_compact, on=FLOW),
     Route("memory::session::repair", RepairRequest, flows.session_repair, on=FLOW),
