@@ -160,3 +160,15 @@ async def test_the_stats_command_counts_one_tenant_when_asked(nats_url: str, ten
         assert done.returncode == 0, done.stderr
         counted[tenant] = json.loads(done.stdout)["memories"]
     assert counted == {"TEAM_A": 1, "TEAM_B": 0}
+
+
+async def test_the_audit_names_the_requester_and_a_tenant_reads_only_its_own(
+    tenanted: App,
+) -> None:
+    for account, user in (("TEAM_A", "alice"), ("TEAM_B", "carol")):
+        body = {"agentId": "planner-1", "content": f"{account} note"}
+        assert (await ask(tenanted, "memory::store", body, info(account, user)))["stored"]
+    own = (await ask(tenanted, "memory::audit", {}, info("TEAM_A", "bob")))["events"]
+    assert [(e["agentId"], e["requester"]) for e in own] == [("planner-1", "TEAM_A/alice")]
+    everything = (await ask(tenanted, "memory::audit", {}, None))["events"]
+    assert [e["requester"] for e in everything] == ["TEAM_A/alice", "TEAM_B/carol"]
