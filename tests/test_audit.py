@@ -43,7 +43,9 @@ async def test_kg_writes_and_maintenance_are_audited_per_agent(client: Client) -
         ("memory::kg::add", "a", ["alice"]),
         ("memory::kg::delete", "a", ["alice"]),
     ]
-    evicted = [(agent, len(ids)) for trigger, agent, ids in triggers if trigger == "memory::evict"]
+    evicted = [
+        (agent, len(ids or [])) for trigger, agent, ids in triggers if trigger == "memory::evict"
+    ]
     assert sorted(evicted) == [("a", 1), ("b", 1)]
 
 

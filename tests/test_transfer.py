@@ -38,7 +38,7 @@ DAY = 86_400_000
 TABLES = {
     "memories": "SELECT tenant, agent_id, id, role, content, hash, session_id, importance, "
     "confidence, access_count, last_accessed, timestamp, metadata, embedding, embedding_model, "
-    "created_at FROM memories ORDER BY id",
+    "created_at, pinned, forgotten_at FROM memories ORDER BY id",
     "sessions": "SELECT * FROM sessions ORDER BY tenant, agent_id, id",
     # positions are renumbered on import; the order is what a session means
     "session_messages": "SELECT tenant, agent_id, session_id, memory_id, role, timestamp "
@@ -94,6 +94,15 @@ def fill(conn: apsw.Connection, agent: str, tenant: str = "") -> None:
             "UPDATE memories SET access_count = 7, last_accessed = ?, confidence = 0.6180339887 "
             "WHERE tenant = ? AND agent_id = ? AND role = 'assistant'",
             (NOW + DAY, tenant, agent),
+        )
+        # A pinned memory and a forgotten one (section 12) travel as they are.
+        conn.execute(
+            "UPDATE memories SET pinned = 1 WHERE tenant = ? AND agent_id = ? AND id = ?",
+            (tenant, agent, ids[2]),
+        )
+        conn.execute(
+            "UPDATE memories SET forgotten_at = ? WHERE tenant = ? AND agent_id = ? AND id = ?",
+            (NOW + 2, tenant, agent, ids[1]),
         )
         conn.executemany(
             "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -72,6 +72,9 @@ class MemoryRecord(Record, frozen=True, tag="memory"):
     embedding_model: str | None
     created_at: Millis
     tenant: Tenant = DEFAULT_TENANT  # left out for the default tenant, as in files before tenants
+    # Left out when not pinned and not forgotten, as in files before a memory's life.
+    pinned: bool = False
+    forgotten_at: Millis | None = None
 
 
 class MessageRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -115,8 +118,8 @@ AnyRecord = Header | MemoryRecord | SessionRecord | EntityRecord | RelationRecor
 
 MEMORY_SQL = (
     "SELECT id, agent_id, role, content, hash, session_id, importance, confidence, access_count, "
-    "last_accessed, timestamp, metadata, embedding, embedding_model, created_at FROM memories "
-    "WHERE tenant = ? AND agent_id = ? ORDER BY timestamp, rowid"
+    "last_accessed, timestamp, metadata, embedding, embedding_model, created_at, pinned, "
+    "forgotten_at FROM memories WHERE tenant = ? AND agent_id = ? ORDER BY timestamp, rowid"
 )
 AGENT_TABLES = ("memories", "sessions", "kg_entities", "kg_relations")
 
@@ -172,6 +175,8 @@ def _agent_records(conn: apsw.Connection, tenant: str, agent_id: str) -> Iterato
             embedding=row[12],
             embedding_model=row[13],
             created_at=row[14],
+            pinned=bool(row[15]),
+            forgotten_at=row[16],
         )
     sessions = conn.execute(
         "SELECT id, created_at, updated_at, compacted_at, repaired_at FROM sessions "

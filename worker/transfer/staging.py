@@ -27,7 +27,8 @@ from worker.transfer.exporting import (
 
 MEMORY_COLUMNS = (
     "id, tenant, agent_id, role, content, hash, session_id, importance, confidence, access_count, "
-    "last_accessed, timestamp, metadata, embedding, embedding_model, created_at"
+    "last_accessed, timestamp, metadata, embedding, embedding_model, created_at, pinned, "
+    "forgotten_at"
 )
 STAGE_TABLES = ("memories", "sessions", "messages", "entities", "relations")
 STAGE_SQL = f"""
@@ -60,7 +61,7 @@ def _stage_memory(conn: apsw.Connection, r: MemoryRecord, tenant: str, line: int
     try:
         conn.execute(
             f"INSERT INTO temp.transfer_memories (seq, {MEMORY_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 line,
                 r.id,
@@ -79,6 +80,8 @@ def _stage_memory(conn: apsw.Connection, r: MemoryRecord, tenant: str, line: int
                 r.embedding,
                 r.embedding_model,
                 r.created_at,
+                int(r.pinned),
+                r.forgotten_at,
             ),
         )
     except apsw.ConstraintError:
