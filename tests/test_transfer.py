@@ -574,3 +574,15 @@ async def test_recall_after_export_and_import_is_the_same(nats_url: str, tmp_pat
             [m.pop("score") for m in was], abs=1e-9
         )
         assert now == was  # ids, contents, counters, lastAccessed, metadata, in the same order
+
+
+def test_an_import_leaves_one_audit_row_per_agent_with_the_ids_it_brought(
+    source: apsw.Connection, target: apsw.Connection
+) -> None:
+    import_jsonl(target, lines_of(export_bytes(source)))
+    rows = target.execute(
+        "SELECT agent_id, trigger, source, json_array_length(ids), count FROM audit ORDER BY seq"
+    ).fetchall()
+    assert rows == [("a", "memory::import", "cli", 4, 4), ("b", "memory::import", "cli", 4, 4)]
+    import_jsonl(target, lines_of(export_bytes(source)))  # brings nothing: no new row
+    assert len(target.execute("SELECT seq FROM audit").fetchall()) == 2

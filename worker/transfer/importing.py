@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import apsw
 
+from handlers.audit import Call, Change, record
+from worker.services import wall_clock_ms
 from worker.transfer.exporting import check_tenant
 from worker.transfer.staging import MEMORY_COLUMNS, STAGE_SQL, STAGE_TABLES, stage
 
@@ -166,11 +168,17 @@ def _apply_sessions(conn: apsw.Connection) -> int:
 def _apply(conn: apsw.Connection, records: int) -> ImportResult:
     counts = {table: _staged(conn, table) for table in STAGE_TABLES}
     _rename_taken(conn)
-    conn.execute(
+    imported: dict[tuple[str, str], list[str]] = {}
+    for tenant, agent_id, memory_id in conn.execute(
         f"INSERT OR IGNORE INTO main.memories ({MEMORY_COLUMNS}) "
-        f"SELECT {MEMORY_COLUMNS} FROM temp.transfer_memories ORDER BY seq"
-    )
-    memories = conn.changes()
+        f"SELECT {MEMORY_COLUMNS} FROM temp.transfer_memories WHERE true ORDER BY seq "
+        "RETURNING tenant, agent_id, id"
+    ):
+        imported.setdefault((str(tenant), str(agent_id)), []).append(str(memory_id))
+    memories = sum(len(ids) for ids in imported.values())
+    # The audit of an import: the memories it brought, per agent, from the command line.
+    changes = [Change(agent, ids) for agent, ids in imported.items()]
+    record(conn, Call("memory::import", "cli"), changes, wall_clock_ms())
     conn.execute(REMAP_SQL)
     sessions = _apply_sessions(conn)
     conn.execute(ENTITY_UPSERT_SQL)
