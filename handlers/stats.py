@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import apsw
 
-COUNTED = ("agents", "memories", "memories_without_vector", "entities", "relations", "sessions")
+COUNTED = (
+    "agents",
+    "memories",
+    "memories_without_vector",
+    "memories_pinned",
+    "memories_forgotten",
+    "entities",
+    "relations",
+    "sessions",
+    "audit_events",
+)
 
 
 def database_counts(conn: apsw.Connection, tenant: str | None = None) -> dict[str, int]:
@@ -24,9 +34,16 @@ def database_counts(conn: apsw.Connection, tenant: str | None = None) -> dict[st
         "memories_without_vector": one(
             f"SELECT count(*) FROM memories{where or ' WHERE 1'} AND embedding IS NULL"
         ),
+        "memories_pinned": one(
+            f"SELECT count(*) FROM memories{where or ' WHERE 1'} AND pinned = 1"
+        ),
+        "memories_forgotten": one(
+            f"SELECT count(*) FROM memories{where or ' WHERE 1'} AND forgotten_at IS NOT NULL"
+        ),
         "entities": one(f"SELECT count(*) FROM kg_entities{where}"),
         "relations": one(f"SELECT count(*) FROM kg_relations{where}"),
         "sessions": one(f"SELECT count(*) FROM sessions{where}"),
+        "audit_events": one(f"SELECT count(*) FROM audit{where}"),
         "database_bytes": one(
             "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()", ()
         ),

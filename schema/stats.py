@@ -44,6 +44,10 @@ class StatsReply(Reply, frozen=True):
     memories: int | None
     # Waiting for the backfill, or left without one (embedder `none`, a failed embedding call).
     memories_without_vector: int | None
+    memories_pinned: int | None
+    # Forgotten (section 12): kept, restorable, until eviction purges them after a retention.
+    memories_forgotten: int | None
+    audit_events: int | None
     entities: int | None
     relations: int | None
     sessions: int | None

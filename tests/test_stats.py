@@ -88,6 +88,9 @@ async def test_metrics_endpoint_counts_requests_and_contents(nats_url: str, tmp_
     assert 'memory_worker_request_duration_seconds_count{trigger="memory::store"} 3' in response
     assert "memory_worker_memories 3" in response
     assert "memory_worker_agents 1" in response
+    assert "memory_worker_audit_events 3" in response  # the three stores
+    assert "memory_worker_memories_pinned 0" in response
+    assert 'memory_worker_tenant_memories{tenant=""} 3' in response
 
 
 async def test_stats_show_each_maintenance_jobs_last_run_with_source_and_counts(

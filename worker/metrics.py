@@ -63,6 +63,9 @@ async def render_metrics(telemetry: Telemetry, readers: Readers) -> str:
     counts = await readers.run(database_counts)
     for key, text in (
         ("memories", "Memories stored."),
+        ("memories_pinned", "Memories pinned: never evicted, never decayed."),
+        ("memories_forgotten", "Memories forgotten and not yet purged."),
+        ("audit_events", "Rows in the audit log."),
         ("agents", "Agents with at least one memory."),
         ("entities", "Knowledge-graph entities."),
         ("sessions", "Sessions."),

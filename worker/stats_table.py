@@ -35,13 +35,18 @@ def render(stats: dict[str, Any]) -> str:
         ("agents", "agents"),
         ("memories", "memories"),
         ("memories without a vector", "memoriesWithoutVector"),
+        ("memories pinned", "memoriesPinned"),
+        ("memories forgotten", "memoriesForgotten"),
         ("entities", "entities"),
         ("relations", "relations"),
         ("sessions", "sessions"),
+        ("audit events", "auditEvents"),
         ("requests in flight", "inFlight"),
         ("agents in the recall index", "indexAgents"),
     ):
-        value = "?" if stats[key] is None else stats[key]  # not counted: the database is damaged
+        value = (
+            "?" if stats.get(key) is None else stats[key]
+        )  # not counted: the database is damaged
         lines.append(f"{label:<28} {value:>8}")
     lines.append(f"{'database size':<28} {_size(stats['databaseBytes']):>8}")
     lines.append("")

@@ -96,9 +96,12 @@ def test_counts_are_of_one_tenant_or_of_all(conn: apsw.Connection) -> None:
         "agents": 1,
         "memories": 1,
         "memories_without_vector": 1,
+        "memories_pinned": 0,
+        "memories_forgotten": 0,
         "entities": 0,
         "relations": 0,
         "sessions": 1,
+        "audit_events": 0,
         "database_bytes": 0,
     }
     assert database_counts(conn)["agents"] == 3
