@@ -243,6 +243,9 @@ class MemoryService:
         self._nc = nc
         self._dispatcher = dispatcher
         self._prefix = prefix
+        # Only under tenancy do a request's headers matter (they name its caller); without it
+        # the dispatcher is not handed them at all.
+        self._tenanted = dispatcher.services.config.tenancy == "account"
         self._service: Service | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -287,7 +290,13 @@ class MemoryService:
 
     async def _serve(self, route: Route, request: MicroRequest) -> None:
         started = time.perf_counter_ns()
-        outcome = await self._dispatcher.handle(route.trigger, request.data)
+        if self._tenanted:
+            # No headers at all is a request from inside the worker's own account: no service
+            # import stamped it. An empty mapping says so (None would mean "not a bus request").
+            headers = request.headers or {}
+            outcome = await self._dispatcher.handle(route.trigger, request.data, headers=headers)
+        else:
+            outcome = await self._dispatcher.handle(route.trigger, request.data)
         error = outcome.error
         assert self._service is not None
         count_in_micro_stats(
