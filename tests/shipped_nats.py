@@ -13,8 +13,10 @@ from typing import Any
 
 import nats
 
-from tests.conftest import stop_nats
+from tests.conftest import stop_nats, worker_config
+from tests.support import Client
 from tests.test_cli import free_port
+from worker.app import App
 from worker.embedded import server_binary
 
 CONF = Path(__file__).resolve().parent.parent / "deploy" / "nats" / "nats-server.conf"
@@ -86,3 +88,45 @@ async def connect_as(url: str, user: str, errors: list[str] | None = None, **opt
     return await nats.connect(
         url, user=user, password=password(user), error_cb=note, allow_reconnect=False, **options
     )
+
+
+class TenantBus:
+    """A worker with MEMORY_WORKER_TENANCY=account on the shipped config, and its users."""
+
+    def __init__(self, url: str, app: App) -> None:
+        self.url = url
+        self.app = app
+        self.errors: dict[str, list[str]] = {}
+        self._clients: dict[str, Client] = {}
+
+    async def user(self, name: str) -> Client:
+        """The user's client, connected once; its asynchronous errors go to errors[name]."""
+        if name not in self._clients:
+            errors = self.errors.setdefault(name, [])
+            self._clients[name] = Client(await connect_as(self.url, name, errors))
+        return self._clients[name]
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.nc.close()
+
+
+@asynccontextmanager
+async def tenant_bus(tmp_path: Path, **overrides: Any) -> AsyncIterator[TenantBus]:
+    async with shipped_nats(tmp_path) as url:
+        config = worker_config(
+            url,
+            tmp_path / "memory.db",
+            nats_user="worker",
+            nats_password=password("worker"),
+            tenancy="account",
+            **overrides,
+        )
+        app = App(config)
+        await app.start()
+        bus = TenantBus(url, app)
+        try:
+            yield bus
+        finally:
+            await bus.close()
+            await app.stop()
