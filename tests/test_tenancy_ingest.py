@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +16,8 @@ import msgspec
 import pytest
 from nats.js.errors import NotFoundError
 
-from tests.shipped_nats import TenantBus, tenant_bus
+from tests.shipped_nats import CONF, PASSWORDS, TenantBus, tenant_bus
+from worker.embedded import server_binary
 
 
 @pytest.fixture
@@ -83,3 +86,21 @@ async def test_an_ingest_subject_without_a_tenant_is_dead_lettered_saying_so(
     letter = await dead_letter(bus, "memory.deadletter.store")
     assert letter.headers["Nats-Service-Error-Code"] == "400"
     assert "no tenant" in letter.headers["Nats-Service-Error"]
+
+
+def test_the_shipped_export_refuses_a_tenant_importing_another_tenants_ingest_subjects(
+    tmp_path: Path,
+) -> None:
+    own = '{ service: { account: MEMORY, subject: "memory.ingest.TEAM_A.>" }'
+    text = CONF.read_text(encoding="utf-8")
+    assert own in text
+    conf = tmp_path / "nats.conf"
+    conf.write_text(text.replace(own, own.replace("TEAM_A", "TEAM_B")), encoding="utf-8")
+    done = subprocess.run(
+        [server_binary(), "-c", str(conf), "-t"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **PASSWORDS},
+    )
+    assert done.returncode != 0
+    assert "service import not authorized" in done.stderr
