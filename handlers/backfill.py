@@ -1,5 +1,8 @@
 """The backfill's reads and writes: memories still without a vector (of the running model), and
-filling theirs in. The worker's backfill (worker/recall_index/backfill.py) decides when."""
+filling theirs in. The worker's backfill (worker/recall_index/backfill.py) decides when.
+
+It runs over every tenant's rows, but one agent at a time, and an agent is (tenant, agentId): a
+batch of `a1` in one tenant never touches `a1` of another (contract section 15)."""
 
 from __future__ import annotations
 
@@ -17,31 +20,34 @@ def _lacking(model: str | None) -> tuple[str, tuple[str, ...]]:
 
 
 def vectorless(
-    conn: apsw.Connection, agent_id: str, limit: int, model: str | None = None
+    conn: apsw.Connection, tenant: str, agent_id: str, limit: int, model: str | None = None
 ) -> list[tuple[str, str]]:
     """(id, content) of up to `limit` of the agent's memories without a vector (of `model`)."""
     lacking, params = _lacking(model)
     return [
         (row[0], row[1])
         for row in conn.execute(
-            f"SELECT id, content FROM memories WHERE agent_id = ? AND {lacking} "
+            f"SELECT id, content FROM memories WHERE tenant = ? AND agent_id = ? AND {lacking} "
             "ORDER BY created_at DESC LIMIT ?",
-            (agent_id, *params, limit),
+            (tenant, agent_id, *params, limit),
         )
     ]
 
 
-def missing_vector_agents(conn: apsw.Connection, model: str | None = None) -> list[str]:
-    """Agents with at least one memory without a vector (of `model`)."""
+def missing_vector_agents(conn: apsw.Connection, model: str | None = None) -> list[tuple[str, str]]:
+    """(tenant, agent) of every agent with a memory without a vector (of `model`)."""
     lacking, params = _lacking(model)
     return [
-        str(row[0])
-        for row in conn.execute(f"SELECT DISTINCT agent_id FROM memories WHERE {lacking}", params)
+        (str(row[0]), str(row[1]))
+        for row in conn.execute(
+            f"SELECT DISTINCT tenant, agent_id FROM memories WHERE {lacking}", params
+        )
     ]
 
 
 def set_embeddings(
     conn: apsw.Connection,
+    tenant: str,
     agent_id: str,
     model: str,
     vectors: list[tuple[str, np.ndarray[Any, np.dtype[np.float32]]]],
@@ -51,9 +57,9 @@ def set_embeddings(
     lacking, params = _lacking(model if replace else None)
     conn.executemany(
         f"UPDATE memories SET embedding = ?, embedding_model = ? "
-        f"WHERE id = ? AND agent_id = ? AND {lacking}",
+        f"WHERE id = ? AND tenant = ? AND agent_id = ? AND {lacking}",
         [
-            (vector.astype(np.float32).tobytes(), model, memory_id, agent_id, *params)
+            (vector.astype(np.float32).tobytes(), model, memory_id, tenant, agent_id, *params)
             for memory_id, vector in vectors
         ],
     )

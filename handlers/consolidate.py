@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import apsw
 import msgspec
-from msgspec import UNSET
 
+from handlers.evict import scope_of
 from schema.memory import ConsolidateReply, ConsolidateRequest
 
 WEEK_MS = 604_800_000
@@ -22,43 +22,42 @@ class DecayPlan(msgspec.Struct, frozen=True):
 
     cutoff: int
     decay_rate: float
-    agent_id: str | None
+    # What the request covered: ` AND ...` over tenant and agent, and its parameters.
+    scope: str
+    scope_params: tuple[str, ...]
     ranges: list[tuple[int, int]]
 
 
-def _rule(plan_or_req: DecayPlan | ConsolidateRequest) -> tuple[str, tuple[object, ...]]:
-    agent = plan_or_req.agent_id
-    if agent is UNSET or agent is None:
-        return "last_accessed < ? AND confidence > ?", ()
-    return "last_accessed < ? AND confidence > ? AND agent_id = ?", (agent,)
+RULE = "last_accessed < ? AND confidence > ?"
 
 
 def plan_decay(
     conn: apsw.Connection, req: ConsolidateRequest, *, now: int, chunk: int
 ) -> DecayPlan:
-    rule, scope = _rule(req)
+    scope, params = scope_of(req)
     cutoff = now - WEEK_MS
     rowids = [
         int(row[0])
         for row in conn.execute(
-            f"SELECT rowid FROM memories WHERE {rule} ORDER BY rowid", (cutoff, FLOOR, *scope)
+            f"SELECT rowid FROM memories WHERE {RULE}{scope} ORDER BY rowid",
+            (cutoff, FLOOR, *params),
         )
     ]
     ranges = [
         (rowids[start - 1] if start else 0, rowids[min(start + chunk, len(rowids)) - 1])
         for start in range(0, len(rowids), chunk)
     ]
-    agent = None if req.agent_id is UNSET else req.agent_id
-    return DecayPlan(cutoff=cutoff, decay_rate=req.decay_rate, agent_id=agent, ranges=ranges)
+    return DecayPlan(
+        cutoff=cutoff, decay_rate=req.decay_rate, scope=scope, scope_params=params, ranges=ranges
+    )
 
 
 def apply_decay(conn: apsw.Connection, plan: DecayPlan, lo: int, hi: int) -> int:
     """Decay the matching memories with lo < rowid <= hi; how many were decayed."""
-    rule, scope = _rule(plan)
     conn.execute(
         "UPDATE memories SET confidence = max(?, confidence * (1.0 - ?)) "
-        f"WHERE rowid > ? AND rowid <= ? AND {rule}",
-        (FLOOR, plan.decay_rate, lo, hi, plan.cutoff, FLOOR, *scope),
+        f"WHERE rowid > ? AND rowid <= ? AND {RULE}{plan.scope}",
+        (FLOOR, plan.decay_rate, lo, hi, plan.cutoff, FLOOR, *plan.scope_params),
     )
     return conn.changes()
 

@@ -17,7 +17,8 @@ import msgspec
 from msgspec import UNSET
 
 from handlers.session_refs import remove_memories
-from schema.memory import EvictReply, EvictRequest
+from schema.base import Agent
+from schema.memory import ConsolidateRequest, EvictReply, EvictRequest
 
 Reason = Literal["stale", "low_confidence", "over_cap"]
 
@@ -26,6 +27,7 @@ class Doomed(msgspec.Struct, frozen=True, array_like=True):
     """One memory to evict, why, and the scores it was chosen by."""
 
     reason: Reason
+    tenant: str
     agent_id: str
     memory_id: str
     importance: float
@@ -49,11 +51,22 @@ def count_reasons(doomed: Sequence[Doomed]) -> dict[Reason, int]:
     return counts
 
 
-_COLUMNS = "agent_id, id, importance, confidence, timestamp"
+_COLUMNS = "tenant, agent_id, id, importance, confidence, timestamp"
+
+
+def scope_of(req: EvictRequest | ConsolidateRequest) -> tuple[str, tuple[str, ...]]:
+    """The SQL condition (` AND ...`) and parameters for what a maintenance request covers: its
+    tenant, or all of them when it names none; within that, its agent, or all of them."""
+    scope, params = "", tuple[str, ...]()
+    if req.tenant is not UNSET:
+        scope, params = " AND tenant = ?", (req.tenant,)
+    if req.agent_id is not UNSET:
+        scope, params = scope + " AND agent_id = ?", (*params, req.agent_id)
+    return scope, params
 
 
 def plan_eviction(conn: apsw.Connection, req: EvictRequest, *, now: int) -> EvictionPlan:
-    scope, params = ("", ()) if req.agent_id is UNSET else (" AND agent_id = ?", (req.agent_id,))
+    scope, params = scope_of(req)
     stale_rule = "(? - timestamp) > ? AND importance < ?"
     stale_params = (now, req.max_age, req.min_importance)
     doomed = [
@@ -69,23 +82,24 @@ def plan_eviction(conn: apsw.Connection, req: EvictRequest, *, now: int) -> Evic
             (req.min_confidence, *stale_params, *params),
         )
     ]
-    leaving: dict[str, set[str]] = {}
+    leaving: dict[Agent, set[str]] = {}
     for memory in doomed:
-        leaving.setdefault(memory.agent_id, set()).add(memory.memory_id)
+        leaving.setdefault((memory.tenant, memory.agent_id), set()).add(memory.memory_id)
     counts = conn.execute(
-        f"SELECT agent_id, count(*) FROM memories WHERE 1{scope} GROUP BY agent_id", params
+        f"SELECT tenant, agent_id, count(*) FROM memories WHERE 1{scope} GROUP BY tenant, agent_id",
+        params,
     ).fetchall()
-    for agent_id, total in ((str(row[0]), int(str(row[1]))) for row in counts):
-        gone = leaving.get(agent_id, set())
+    for agent, total in (((str(row[0]), str(row[1])), int(str(row[2]))) for row in counts):
+        gone = leaving.get(agent, set())
         excess = total - len(gone) - req.cap
         if excess <= 0:
             continue
         for row in conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE agent_id = ? "
+            f"SELECT {_COLUMNS} FROM memories WHERE tenant = ? AND agent_id = ? "
             "ORDER BY importance, confidence, timestamp, id",
-            (agent_id,),
+            agent,
         ):
-            if row[1] in gone:
+            if row[2] in gone:
                 continue
             doomed.append(Doomed("over_cap", *row))
             excess -= 1
@@ -97,20 +111,23 @@ def plan_eviction(conn: apsw.Connection, req: EvictRequest, *, now: int) -> Evic
 def apply_eviction(conn: apsw.Connection, doomed: Sequence[Doomed]) -> dict[Reason, int]:
     """Delete the memories of one chunk that still have the scores they were chosen by; the
     counts by reason of those deleted."""
-    chosen = {(memory.agent_id, memory.memory_id): memory for memory in doomed}
+    chosen = {memory.memory_id: memory for memory in doomed}
     deleted = [
-        chosen[(str(row[0]), str(row[1]))]
+        chosen[str(row[0])]
         for row in conn.executemany(
-            "DELETE FROM memories WHERE id = ? AND agent_id = ? AND importance = ? "
-            "AND confidence = ? AND timestamp = ? RETURNING agent_id, id",
-            [(m.memory_id, m.agent_id, m.importance, m.confidence, m.timestamp) for m in doomed],
+            "DELETE FROM memories WHERE id = ? AND tenant = ? AND agent_id = ? AND importance = ? "
+            "AND confidence = ? AND timestamp = ? RETURNING id",
+            [
+                (m.memory_id, m.tenant, m.agent_id, m.importance, m.confidence, m.timestamp)
+                for m in doomed
+            ],
         )
     ]
-    by_agent: dict[str, list[str]] = {}
+    by_agent: dict[Agent, list[str]] = {}
     for memory in deleted:
-        by_agent.setdefault(memory.agent_id, []).append(memory.memory_id)
-    for agent_id, memory_ids in by_agent.items():
-        remove_memories(conn, agent_id, memory_ids)
+        by_agent.setdefault((memory.tenant, memory.agent_id), []).append(memory.memory_id)
+    for agent, memory_ids in by_agent.items():
+        remove_memories(conn, agent, memory_ids)
     return count_reasons(deleted)
 
 

@@ -14,6 +14,7 @@ import apsw
 import msgspec
 from msgspec import UNSET
 
+from schema.base import Agent, agent_of
 from schema.errors import InvalidRequest, PayloadTooLarge
 from schema.kg import EntityOut, KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest, RelationOut
 from schema.limits import check_nesting
@@ -30,6 +31,7 @@ def kg_add(conn: apsw.Connection, req: KgAddRequest, *, now: int) -> KgAddReply:
     the plain type (so re-adding either direction records nothing new).
     """
     entity = req.entity
+    agent = agent_of(req)
     relations = [] if entity.relations is UNSET else entity.relations
     if len(relations) > MAX_RELATIONS:
         raise InvalidRequest(
@@ -45,28 +47,28 @@ def kg_add(conn: apsw.Connection, req: KgAddRequest, *, now: int) -> KgAddReply:
             f"{MAX_PROPERTIES_BYTES} (at `$.entity.properties`)"
         )
     conn.execute(
-        "INSERT INTO kg_entities (agent_id, id, type, properties) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (agent_id, id) DO UPDATE SET type = excluded.type, "
+        "INSERT INTO kg_entities (tenant, agent_id, id, type, properties) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (tenant, agent_id, id) DO UPDATE SET type = excluded.type, "
         "properties = excluded.properties",
-        (req.agent_id, entity.id, None if entity.type is UNSET else entity.type, encoded.decode()),
+        (*agent, entity.id, None if entity.type is UNSET else entity.type, encoded.decode()),
     )
     added = 0
     for relation in relations:
         conn.execute(
-            "INSERT OR IGNORE INTO kg_entities (agent_id, id, type, properties) "
-            "VALUES (?, ?, NULL, '{}')",
-            (req.agent_id, relation.target),
+            "INSERT OR IGNORE INTO kg_entities (tenant, agent_id, id, type, properties) "
+            "VALUES (?, ?, ?, NULL, '{}')",
+            (*agent, relation.target),
         )
         conn.execute(
-            "INSERT OR IGNORE INTO kg_relations (agent_id, source, type, target) "
-            "VALUES (?, ?, ?, ?)",
-            (req.agent_id, entity.id, relation.type, relation.target),
+            "INSERT OR IGNORE INTO kg_relations (tenant, agent_id, source, type, target) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (*agent, entity.id, relation.type, relation.target),
         )
         added += conn.changes()
         conn.execute(
-            "INSERT OR IGNORE INTO kg_relations (agent_id, source, type, target) "
-            "VALUES (?, ?, ?, ?)",
-            (req.agent_id, relation.target, inverse_of(relation.type), entity.id),
+            "INSERT OR IGNORE INTO kg_relations (tenant, agent_id, source, type, target) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (*agent, relation.target, inverse_of(relation.type), entity.id),
         )
     return KgAddReply(stored=True, id=entity.id, relations_added=added)
 
@@ -78,14 +80,14 @@ def inverse_of(relation_type: str) -> str:
 
 
 def _outgoing(
-    conn: apsw.Connection, agent_id: str, sources: list[str]
+    conn: apsw.Connection, agent: Agent, sources: list[str]
 ) -> dict[str, list[tuple[str, str]]]:
     """Each source's (target, type) relations in the order they were added: one query."""
     found: dict[str, list[tuple[str, str]]] = {source: [] for source in sources}
     for source, target, kind in conn.execute(
-        "SELECT source, target, type FROM kg_relations WHERE agent_id = ? "
+        "SELECT source, target, type FROM kg_relations WHERE tenant = ? AND agent_id = ? "
         "AND source IN (SELECT value FROM json_each(?)) ORDER BY seq",
-        (agent_id, json.dumps(sources)),
+        (*agent, json.dumps(sources)),
     ):
         found[source].append((target, kind))
     return found
@@ -93,8 +95,10 @@ def _outgoing(
 
 def kg_query(conn: apsw.Connection, req: KgQueryRequest, *, now: int) -> KgQueryReply:
     """A read: `now` is the registry's calling convention, unused (a query does not age)."""
+    agent = agent_of(req)
     start = conn.execute(
-        "SELECT 1 FROM kg_entities WHERE agent_id = ? AND id = ?", (req.agent_id, req.entity_id)
+        "SELECT 1 FROM kg_entities WHERE tenant = ? AND agent_id = ? AND id = ?",
+        (*agent, req.entity_id),
     ).fetchone()
     if start is None:
         return KgQueryReply(entities=[], truncated=False)
@@ -106,7 +110,7 @@ def kg_query(conn: apsw.Connection, req: KgQueryRequest, *, now: int) -> KgQuery
     for depth in range(1, req.depth + 1):
         if not frontier or truncated:
             break
-        outgoing = _outgoing(conn, req.agent_id, frontier)
+        outgoing = _outgoing(conn, agent, frontier)
         relations.update(outgoing)
         next_frontier = []
         for parent in frontier:
@@ -124,13 +128,13 @@ def kg_query(conn: apsw.Connection, req: KgQueryRequest, *, now: int) -> KgQuery
         frontier = next_frontier
     missing = [entity_id for entity_id, _ in discovered if entity_id not in relations]
     for chunk_start in range(0, len(missing), 5000):
-        relations.update(_outgoing(conn, req.agent_id, missing[chunk_start : chunk_start + 5000]))
+        relations.update(_outgoing(conn, agent, missing[chunk_start : chunk_start + 5000]))
     details = {
         row[0]: (row[1], row[2])
         for row in conn.execute(
-            "SELECT id, type, properties FROM kg_entities WHERE agent_id = ? "
+            "SELECT id, type, properties FROM kg_entities WHERE tenant = ? AND agent_id = ? "
             "AND id IN (SELECT value FROM json_each(?))",
-            (req.agent_id, json.dumps([entity_id for entity_id, _ in discovered])),
+            (*agent, json.dumps([entity_id for entity_id, _ in discovered])),
         )
     }
     entities = []

@@ -1,5 +1,8 @@
 """memory::recall: the contract's hybrid score, exact over all of an agent's memories.
 
+An agent is the pair (tenant, agentId): every read and write here names both, so that a recall
+in one tenant can neither return nor count an access of another tenant's memory.
+
 Ranking reads an agent's scoring columns (kept in memory by worker/recall_index/index.py) and
 needs no database; marking the winners as accessed is a small write that also returns their
 full rows.
@@ -197,17 +200,20 @@ def check_recall(req: RecallRequest, max_query_bytes: int) -> None:
         )
 
 
-def record_access(conn: apsw.Connection, agent_id: str, memory_ids: list[str], *, now: int) -> None:
+def record_access(
+    conn: apsw.Connection, tenant: str, agent_id: str, memory_ids: list[str], *, now: int
+) -> None:
     """Persist one access of each memory a recall returned."""
     conn.executemany(
         "UPDATE memories SET access_count = access_count + 1, "
-        "last_accessed = max(last_accessed, ?) WHERE agent_id = ? AND id = ?",
-        [(now, agent_id, memory_id) for memory_id in memory_ids],
+        "last_accessed = max(last_accessed, ?) WHERE tenant = ? AND agent_id = ? AND id = ?",
+        [(now, tenant, agent_id, memory_id) for memory_id in memory_ids],
     )
 
 
 def recalled_memories(
     conn: apsw.Connection,
+    tenant: str,
     agent_id: str,
     ranked: list[tuple[str, float]],
     access_counts: dict[str, int],
@@ -223,9 +229,10 @@ def recalled_memories(
         row[0]: row
         for row in conn.execute(
             "SELECT id, role, content, timestamp, session_id, importance, confidence, "
-            # `+agent_id`: look rows up by primary key, not by scanning the agent.
-            f"metadata FROM memories WHERE +agent_id = ? AND id IN ({placeholders})",
-            (agent_id, *(memory_id for memory_id, _ in ranked)),
+            # `+tenant`, `+agent_id`: look rows up by primary key, not by scanning the agent.
+            "metadata FROM memories WHERE +tenant = ? AND +agent_id = ? "
+            f"AND id IN ({placeholders})",
+            (tenant, agent_id, *(memory_id for memory_id, _ in ranked)),
         )
     }
     memories = []

@@ -15,6 +15,7 @@ import msgspec
 
 from handlers.session_refs import Ref, read_messages, require_session, write_messages
 from handlers.store import Embedding, insert_memory
+from schema.base import agent_of
 from schema.errors import Unavailable
 from schema.session import (
     CompactReply,
@@ -32,10 +33,11 @@ SUMMARY_IMPORTANCE = 0.9
 def session_list(conn: apsw.Connection, req: SessionListRequest, *, now: int) -> SessionListReply:
     """A read: `now` is the registry's calling convention, unused."""
     rows = conn.execute(
-        "SELECT s.id, (SELECT count(*) FROM session_messages m WHERE m.agent_id = s.agent_id "
-        "AND m.session_id = s.id), s.created_at, s.updated_at, s.compacted_at, s.repaired_at "
-        "FROM sessions s WHERE s.agent_id = ? ORDER BY s.updated_at DESC, s.id",
-        (req.agent_id,),
+        "SELECT s.id, (SELECT count(*) FROM session_messages m WHERE m.tenant = s.tenant "
+        "AND m.agent_id = s.agent_id AND m.session_id = s.id), s.created_at, s.updated_at, "
+        "s.compacted_at, s.repaired_at "
+        "FROM sessions s WHERE s.tenant = ? AND s.agent_id = ? ORDER BY s.updated_at DESC, s.id",
+        agent_of(req),
     )
     return SessionListReply(
         sessions=[
@@ -103,8 +105,8 @@ def fallback_summary(lines: list[tuple[str, str]]) -> str:
 
 
 def plan_compaction(conn: apsw.Connection, req: CompactRequest) -> CompactionPlan | CompactReply:
-    require_session(conn, req.agent_id, req.session_id)
-    refs = read_messages(conn, req.agent_id, req.session_id)
+    require_session(conn, agent_of(req), req.session_id)
+    refs = read_messages(conn, agent_of(req), req.session_id)
     if len(refs) < req.threshold or len(refs) <= req.keep_recent:
         return CompactReply(compacted=False, reason="below_threshold")
     summarized = refs[: len(refs) - req.keep_recent]
@@ -112,9 +114,9 @@ def plan_compaction(conn: apsw.Connection, req: CompactRequest) -> CompactionPla
     contents = {
         row[0]: (row[1], row[2])
         for row in conn.execute(
-            "SELECT id, role, content FROM memories WHERE agent_id = ? "
+            "SELECT id, role, content FROM memories WHERE tenant = ? AND agent_id = ? "
             "AND id IN (SELECT value FROM json_each(?))",
-            (req.agent_id, json.dumps(ids)),
+            (*agent_of(req), json.dumps(ids)),
         )
     }
     # References whose memory is gone have nothing to summarise and are skipped.
@@ -138,15 +140,15 @@ def apply_compaction(
     now: int,
     embedding: Embedding | None = None,
 ) -> CompactReply:
-    require_session(conn, req.agent_id, req.session_id)
-    refs = read_messages(conn, req.agent_id, req.session_id)
+    require_session(conn, agent_of(req), req.session_id)
+    refs = read_messages(conn, agent_of(req), req.session_id)
     if refs[: len(plan.summarized)] != plan.summarized:
         raise Unavailable(f"session `{req.session_id}` changed during compaction; retry")
     if not summary.strip():
         summary, summarizer, embedding = plan.fallback, "fallback", None
     summary_id, _ = insert_memory(
         conn,
-        agent_id=req.agent_id,
+        agent=agent_of(req),
         content=summary,
         role="system",
         now=now,
@@ -157,12 +159,12 @@ def apply_compaction(
         append_to_session=False,
     )
     kept = refs[len(plan.summarized) :]
-    write_messages(
-        conn, req.agent_id, req.session_id, [(summary_id, "system", plan.last_timestamp), *kept]
-    )
+    summary_ref = (summary_id, "system", plan.last_timestamp)
+    write_messages(conn, agent_of(req), req.session_id, [summary_ref, *kept])
     conn.execute(
-        "UPDATE sessions SET compacted_at = ?, updated_at = ? WHERE agent_id = ? AND id = ?",
-        (now, now, req.agent_id, req.session_id),
+        "UPDATE sessions SET compacted_at = ?, updated_at = ? "
+        "WHERE tenant = ? AND agent_id = ? AND id = ?",
+        (now, now, *agent_of(req), req.session_id),
     )
     return CompactReply(
         compacted=True,

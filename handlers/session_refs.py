@@ -6,31 +6,33 @@ from collections.abc import Iterable
 
 import apsw
 
+from schema.base import Agent
 from schema.errors import NotFound
 
 # A reference in a session's list: (memory id, or None where it went missing; role; timestamp).
 Ref = tuple[str | None, str, int]
 
 
-def require_session(conn: apsw.Connection, agent_id: str, session_id: str) -> None:
+def require_session(conn: apsw.Connection, agent: Agent, session_id: str) -> None:
     found = conn.execute(
-        "SELECT 1 FROM sessions WHERE agent_id = ? AND id = ?", (agent_id, session_id)
+        "SELECT 1 FROM sessions WHERE tenant = ? AND agent_id = ? AND id = ?", (*agent, session_id)
     ).fetchone()
     if found is None:
-        raise NotFound(f"session `{session_id}` of agent `{agent_id}` not found (at `$.sessionId`)")
+        raise NotFound(f"session `{session_id}` of agent `{agent[1]}` not found (at `$.sessionId`)")
 
 
-def ensure_session(conn: apsw.Connection, agent_id: str, session_id: str, now: int) -> None:
+def ensure_session(conn: apsw.Connection, agent: Agent, session_id: str, now: int) -> None:
     conn.execute(
-        "INSERT INTO sessions (agent_id, id, created_at, updated_at) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (agent_id, id) DO UPDATE SET updated_at = excluded.updated_at",
-        (agent_id, session_id, now, now),
+        "INSERT INTO sessions (tenant, agent_id, id, created_at, updated_at) "
+        "VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (tenant, agent_id, id) DO UPDATE SET updated_at = excluded.updated_at",
+        (*agent, session_id, now, now),
     )
 
 
 def append_message(
     conn: apsw.Connection,
-    agent_id: str,
+    agent: Agent,
     session_id: str,
     ref: tuple[str, str, int],
     now: int,
@@ -39,51 +41,54 @@ def append_message(
 
     The session is created if new and its updatedAt becomes now either way.
     """
-    ensure_session(conn, agent_id, session_id, now)
+    ensure_session(conn, agent, session_id, now)
     memory_id, role, timestamp = ref
     present = conn.execute(
-        "SELECT 1 FROM session_messages WHERE agent_id = ? AND session_id = ? AND memory_id = ?",
-        (agent_id, session_id, memory_id),
+        "SELECT 1 FROM session_messages "
+        "WHERE tenant = ? AND agent_id = ? AND session_id = ? AND memory_id = ?",
+        (*agent, session_id, memory_id),
     ).fetchone()
     if present:
         return False
     conn.execute(
-        "INSERT INTO session_messages (agent_id, session_id, position, memory_id, role, timestamp) "
-        "SELECT ?, ?, coalesce(max(position), 0) + 1, ?, ?, ? FROM session_messages "
-        "WHERE agent_id = ? AND session_id = ?",
-        (agent_id, session_id, memory_id, role, timestamp, agent_id, session_id),
+        "INSERT INTO session_messages "
+        "(tenant, agent_id, session_id, position, memory_id, role, timestamp) "
+        "SELECT ?, ?, ?, coalesce(max(position), 0) + 1, ?, ?, ? FROM session_messages "
+        "WHERE tenant = ? AND agent_id = ? AND session_id = ?",
+        (*agent, session_id, memory_id, role, timestamp, *agent, session_id),
     )
     return True
 
 
-def read_messages(conn: apsw.Connection, agent_id: str, session_id: str) -> list[Ref]:
+def read_messages(conn: apsw.Connection, agent: Agent, session_id: str) -> list[Ref]:
     """The list in order, as (memory id or None, role, timestamp)."""
     return [
         (row[0], row[1], row[2])
         for row in conn.execute(
             "SELECT memory_id, role, timestamp FROM session_messages "
-            "WHERE agent_id = ? AND session_id = ? ORDER BY position",
-            (agent_id, session_id),
+            "WHERE tenant = ? AND agent_id = ? AND session_id = ? ORDER BY position",
+            (*agent, session_id),
         )
     ]
 
 
 def write_messages(
     conn: apsw.Connection,
-    agent_id: str,
+    agent: Agent,
     session_id: str,
     refs: Iterable[Ref],
 ) -> None:
     """Replace the whole list."""
     conn.execute(
-        "DELETE FROM session_messages WHERE agent_id = ? AND session_id = ?",
-        (agent_id, session_id),
+        "DELETE FROM session_messages WHERE tenant = ? AND agent_id = ? AND session_id = ?",
+        (*agent, session_id),
     )
     conn.executemany(
-        "INSERT INTO session_messages (agent_id, session_id, position, memory_id, role, timestamp) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO session_messages "
+        "(tenant, agent_id, session_id, position, memory_id, role, timestamp) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
         [
-            (agent_id, session_id, position, memory_id, role, timestamp)
+            (*agent, session_id, position, memory_id, role, timestamp)
             for position, (memory_id, role, timestamp) in enumerate(refs, start=1)
         ],
     )
@@ -93,13 +98,13 @@ def write_messages(
 # ROWID table's rows live in it) and scans every message of the agent for each memory removed.
 REMOVE_FROM_SESSIONS = (
     "DELETE FROM session_messages INDEXED BY session_messages_by_memory "
-    "WHERE agent_id = ? AND memory_id = ?"
+    "WHERE tenant = ? AND agent_id = ? AND memory_id = ?"
 )
 
 
-def remove_memories(conn: apsw.Connection, agent_id: str, memory_ids: Iterable[str]) -> None:
+def remove_memories(conn: apsw.Connection, agent: Agent, memory_ids: Iterable[str]) -> None:
     """Take evicted memories out of every session of their agent."""
     conn.executemany(
         REMOVE_FROM_SESSIONS,
-        [(agent_id, memory_id) for memory_id in memory_ids],
+        [(*agent, memory_id) for memory_id in memory_ids],
     )

@@ -12,19 +12,20 @@ import apsw
 
 from handlers.session_refs import Ref, read_messages, require_session, write_messages
 from handlers.store import insert_memory
+from schema.base import Agent, agent_of
 from schema.session import RepairReply, RepairRequest, RepairStats
 
 OVERSIZED_BYTES = 500_000
 
 
-def _memories(conn: apsw.Connection, agent_id: str, ids: list[str]) -> dict[str, tuple[str, float]]:
+def _memories(conn: apsw.Connection, agent: Agent, ids: list[str]) -> dict[str, tuple[str, float]]:
     """(content, importance) of each id that exists for the agent."""
     return {
         row[0]: (row[1], row[2])
         for row in conn.execute(
-            "SELECT id, content, importance FROM memories WHERE agent_id = ? "
+            "SELECT id, content, importance FROM memories WHERE tenant = ? AND agent_id = ? "
             "AND id IN (SELECT value FROM json_each(?))",
-            (agent_id, json.dumps(ids)),
+            (*agent, json.dumps(ids)),
         )
     }
 
@@ -33,7 +34,7 @@ def _merge_runs(
     conn: apsw.Connection, req: RepairRequest, refs: list[Ref], now: int
 ) -> tuple[list[Ref], int]:
     """Fold each run of consecutive same-role, non-system messages into one new memory."""
-    found = _memories(conn, req.agent_id, [ref[0] for ref in refs if ref[0]])
+    found = _memories(conn, agent_of(req), [ref[0] for ref in refs if ref[0]])
     merged: list[Ref] = []
     folded = 0
     index = 0
@@ -50,7 +51,7 @@ def _merge_runs(
             first_timestamp = run[0][2]
             memory_id, _ = insert_memory(
                 conn,
-                agent_id=req.agent_id,
+                agent=agent_of(req),
                 content="\n\n".join(content for content, _ in parts),
                 role=role,
                 now=now,
@@ -66,8 +67,8 @@ def _merge_runs(
 
 
 def repair(conn: apsw.Connection, req: RepairRequest, *, now: int) -> RepairReply:
-    require_session(conn, req.agent_id, req.session_id)
-    original = read_messages(conn, req.agent_id, req.session_id)
+    require_session(conn, agent_of(req), req.session_id)
+    original = read_messages(conn, agent_of(req), req.session_id)
 
     refs = [ref for ref in original if ref[0]]
     empty_removed = len(original) - len(refs)
@@ -80,7 +81,7 @@ def repair(conn: apsw.Connection, req: RepairRequest, *, now: int) -> RepairRepl
             unique.append(ref)
     duplicates_removed = len(refs) - len(unique)
 
-    existing = _memories(conn, req.agent_id, [str(ref[0]) for ref in unique])
+    existing = _memories(conn, agent_of(req), [str(ref[0]) for ref in unique])
     present = [ref for ref in unique if ref[0] in existing]
     orphaned = len(unique) - len(present)
 
@@ -97,19 +98,21 @@ def repair(conn: apsw.Connection, req: RepairRequest, *, now: int) -> RepairRepl
     sizes = {
         row[0]: row[1]
         for row in conn.execute(
-            "SELECT id, length(CAST(content AS BLOB)) FROM memories WHERE agent_id = ? "
+            "SELECT id, length(CAST(content AS BLOB)) FROM memories "
+            "WHERE tenant = ? AND agent_id = ? "
             "AND id IN (SELECT value FROM json_each(?))",
-            (req.agent_id, json.dumps([ref[0] for ref in ordered])),
+            (*agent_of(req), json.dumps([ref[0] for ref in ordered])),
         )
     }
     oversized = sum(1 for ref in ordered if sizes.get(str(ref[0]), 0) > OVERSIZED_BYTES)
 
     total = empty_removed + duplicates_removed + orphaned + consecutive_merged + reordered
     if total:
-        write_messages(conn, req.agent_id, req.session_id, ordered)
+        write_messages(conn, agent_of(req), req.session_id, ordered)
         conn.execute(
-            "UPDATE sessions SET repaired_at = ?, updated_at = ? WHERE agent_id = ? AND id = ?",
-            (now, now, req.agent_id, req.session_id),
+            "UPDATE sessions SET repaired_at = ?, updated_at = ? "
+            "WHERE tenant = ? AND agent_id = ? AND id = ?",
+            (now, now, *agent_of(req), req.session_id),
         )
     return RepairReply(
         repaired=total > 0,

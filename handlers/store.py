@@ -12,6 +12,7 @@ import numpy as np
 from msgspec import UNSET
 
 from handlers.session_refs import append_message
+from schema.base import Agent, agent_of
 from schema.errors import InvalidRequest, PayloadTooLarge
 from schema.limits import MAX_METADATA_BYTES, check_nesting
 from schema.memory import StoreReply, StoreRequest
@@ -60,7 +61,7 @@ def check_store(req: StoreRequest, max_content_bytes: int) -> None:
 def insert_memory(
     conn: apsw.Connection,
     *,
-    agent_id: str,
+    agent: Agent,
     content: str,
     role: str,
     now: int,
@@ -78,8 +79,8 @@ def insert_memory(
     """
     digest = content_hash(content)
     row = conn.execute(
-        "SELECT id, role, timestamp FROM memories WHERE agent_id = ? AND hash = ?",
-        (agent_id, digest),
+        "SELECT id, role, timestamp FROM memories WHERE tenant = ? AND agent_id = ? AND hash = ?",
+        (*agent, digest),
     ).fetchone()
     if row is not None:
         memory_id, ref_role, ref_timestamp = str(row[0]), str(row[1]), int(row[2])
@@ -88,12 +89,13 @@ def insert_memory(
         memory_id, ref_role, ref_timestamp = str(uuid.uuid4()), role, timestamp
         deduplicated = False
         conn.execute(
-            "INSERT INTO memories (id, agent_id, role, content, hash, session_id, importance, "
-            "confidence, access_count, last_accessed, timestamp, metadata, embedding, "
-            "embedding_model, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 1.0, 0, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO memories (id, tenant, agent_id, role, content, hash, session_id, "
+            "importance, confidence, access_count, last_accessed, timestamp, metadata, "
+            "embedding, embedding_model, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1.0, 0, ?, ?, ?, ?, ?, ?)",
             (
                 memory_id,
-                agent_id,
+                *agent,
                 role,
                 content,
                 digest,
@@ -108,7 +110,7 @@ def insert_memory(
             ),
         )
     if session_id is not None and append_to_session:
-        append_message(conn, agent_id, session_id, (memory_id, ref_role, ref_timestamp), now)
+        append_message(conn, agent, session_id, (memory_id, ref_role, ref_timestamp), now)
     return memory_id, deduplicated
 
 
@@ -123,7 +125,7 @@ def store(
     check_store(req, max_content_bytes)
     memory_id, deduplicated = insert_memory(
         conn,
-        agent_id=req.agent_id,
+        agent=agent_of(req),
         content=req.content,
         role=req.role,
         now=now,

@@ -37,9 +37,13 @@ Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 Millis = Annotated[int, msgspec.Meta(ge=0, le=253_402_300_799_999)]
 Role = Literal["user", "assistant", "system"]
 # A tenant is a NATS account name as the server stamps it in `Nats-Request-Info` (`acc`): no
-# whitespace and none of `.`, `*`, `>`, which NATS forbids there. '' is the default tenant: what
+# whitespace and none of `.`, `*`, `>`, which NATS forbids there, nor the control and invisible
+# characters an id may not hold. '' is the default tenant: what
 # was written with tenancy off, or before tenants existed.
-TENANT_PATTERN = r"\A[^\s.*>\x00-\x1f\x7f]*\Z"
+TENANT_PATTERN = (
+    r"\A[^\s.*>\x00-\x1f\x7f-\x9f\u2028\u2029\u200b\u200e\u200f\u202a-\u202e\u2060"
+    r"\u2066-\u2069\ufeff]*\Z"
+)
 Tenant = Annotated[str, msgspec.Meta(max_length=256, pattern=TENANT_PATTERN)]
 DEFAULT_TENANT = ""
 
@@ -64,3 +68,16 @@ class TriggerRequest(Request, frozen=True, kw_only=True):
 def tenant_of(request: TriggerRequest) -> str:
     """The tenant a request acts in: the default tenant when none was set."""
     return request.tenant if isinstance(request.tenant, str) else DEFAULT_TENANT
+
+
+# Who a row belongs to: (tenant, agentId), the first two columns of every agent table's keys,
+# so SQL reads `WHERE tenant = ? AND agent_id = ?` with `(*agent, ...)`.
+Agent = tuple[str, str]
+
+
+def agent_of(request: TriggerRequest) -> Agent:
+    """The agent a request names, in the tenant it acts in."""
+    agent_id = getattr(request, "agent_id", None)
+    if not isinstance(agent_id, str):
+        raise TypeError(f"{type(request).__name__} names no agent")
+    return (tenant_of(request), agent_id)

@@ -775,10 +775,12 @@ async def test_past_max_in_flight_requests_get_503_and_nothing_half_written(
             assert reply.description == reply.body["error"]["message"] != ""
         assert sorted(slow_embedder) == sorted(f"note {i}" for i in served)
         tables = snapshot(app.config.db_path)
-        assert sorted(row[3] for row in tables["memories"]) == [f"note {i}" for i in served]
-        assert all(row[13] == "bus" and row[12] for row in tables["memories"])
-        assert sorted(row[1] for row in tables["sessions"]) == [f"s{i}" for i in served]
-        assert sorted(row[1] for row in tables["session_messages"]) == [f"s{i}" for i in served]
+        # memories: id, tenant, agent_id, role, content, ...; sessions and session_messages:
+        # tenant, agent_id, then the session id
+        assert sorted(row[4] for row in tables["memories"]) == [f"note {i}" for i in served]
+        assert all(row[14] == "bus" and row[13] for row in tables["memories"])
+        assert sorted(row[2] for row in tables["sessions"]) == [f"s{i}" for i in served]
+        assert sorted(row[2] for row in tables["session_messages"]) == [f"s{i}" for i in served]
         assert app.dispatcher is not None and app.dispatcher.in_flight == 0
         again = await client.call("memory::store", {"agentId": "a", "content": "after the rush"})
         assert again.ok, again

@@ -17,7 +17,7 @@ def refuse(tmp_path: Path, db: Path, content: bytes | None) -> str:
     if content is not None:
         source.write_bytes(content)
     config = load_config({}, db_path=str(db))
-    assert import_command(config, argparse.Namespace(file=str(source))) == 1
+    assert import_command(config, argparse.Namespace(file=str(source), tenant=None)) == 1
     return str(source)
 
 

@@ -32,14 +32,14 @@ def filled_db(path: Path, agents: tuple[str, ...], count: int) -> apsw.Connectio
         for agent in agents:
             for number in range(count):
                 insert_memory(
-                    conn, agent_id=agent, content=f"{agent} note {number}", role="user",
+                    conn, agent=("", agent), content=f"{agent} note {number}", role="user",
                     now=1, timestamp=1, importance=0.5,
                 )  # fmt: skip
     return conn
 
 
 def columns_of(index: MemoryIndex, agent_id: str) -> Columns:
-    return index.snapshot(agent_id).columns
+    return index.snapshot(("", agent_id)).columns
 
 
 def readers_calling(
@@ -70,7 +70,7 @@ def store_from_another_process(path: Path) -> None:
     other_process = open_db(path)
     with other_process:
         insert_memory(
-            other_process, agent_id="a", content="from elsewhere", role="user",
+            other_process, agent=("", "a"), content="from elsewhere", role="user",
             now=2, timestamp=2, importance=0.5,
         )  # fmt: skip
     other_process.close()
@@ -108,7 +108,7 @@ def test_writes_committed_during_a_load_are_applied_without_waiting_for_it(
     def write_and_apply() -> None:
         with writer:
             insert_memory(
-                writer, agent_id="a", content="written during the load", role="user",
+                writer, agent=("", "a"), content="written during the load", role="user",
                 now=2, timestamp=2, importance=0.5,
             )  # fmt: skip
             writer.execute("UPDATE memories SET importance = 0.9 WHERE content = 'a note 1'")
@@ -197,7 +197,7 @@ def test_when_a_load_fails_a_recall_that_waited_for_it_loads_again(tmp_path: Pat
 
     index = MemoryIndex(Readers(path), open_reader=open_reader, max_bytes=10**9, clock=lambda: 3)
     with pytest.raises(RuntimeError):
-        index.agent("a")
+        index.agent(("", "a"))
     assert second.finish() == [20] and len(opened) == 2
 
 
@@ -239,11 +239,11 @@ async def test_snapshots_of_an_agent_being_loaded_share_one_load_and_hold_no_rea
     readers = Readers(path, threads=2)
     index = MemoryIndex(readers, max_bytes=10**9, clock=lambda: 3, open_reader=slow_reader)
     try:
-        assert await index.with_snapshot("b", rows) == 20
-        slow = [asyncio.ensure_future(index.with_snapshot("a", rows)) for _ in range(8)]
+        assert await index.with_snapshot(("", "b"), rows) == 20
+        slow = [asyncio.ensure_future(index.with_snapshot(("", "a"), rows)) for _ in range(8)]
         await asyncio.sleep(0.05)
         started = time.monotonic()
-        assert await index.with_snapshot("b", rows) == 20
+        assert await index.with_snapshot(("", "b"), rows) == 20
         assert time.monotonic() - started < 0.3 and not any(task.done() for task in slow)
         assert await asyncio.gather(*slow) == [20] * 8
     finally:

@@ -183,7 +183,13 @@ def rows_by_agent(db_path: str) -> dict[str, Rows]:
     try:
         agents: dict[str, Rows] = {}
         for table in ("memories", "sessions", "session_messages"):
-            for row in conn.execute(f"SELECT agent_id, * FROM {table}"):
+            # Every column but tenant (one tenant here), in the order the tests index them by.
+            columns = ", ".join(
+                str(info[1])
+                for info in conn.execute(f"PRAGMA table_info({table})")
+                if info[1] != "tenant"
+            )
+            for row in conn.execute(f"SELECT agent_id, {columns} FROM {table}"):
                 tables = agents.setdefault(str(row[0]), {})
                 tables.setdefault(table, []).append(tuple(row[1:]))
         for tables in agents.values():

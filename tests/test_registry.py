@@ -8,7 +8,7 @@ import apsw
 import msgspec
 import nats
 
-from schema.base import AgentId, Reply, Request
+from schema.base import AgentId, Reply, TriggerRequest
 from schema.errors import InvalidRequest
 from worker.app import App
 from worker.bus import MemoryService
@@ -17,7 +17,7 @@ from worker.registry import BY_TRIGGER, WRITER, Route
 from worker.telemetry import Telemetry
 
 
-class EchoRequest(Request, frozen=True):
+class EchoRequest(TriggerRequest, frozen=True):
     agent_id: AgentId
     text: str
 

@@ -16,13 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from handlers.session_refs import remove_memories, write_messages
-from handlers.store import insert_memory
+from handlers.store import content_hash, insert_memory
 from tests.conftest import worker_config
 from tests.support import Client
 from worker.app import App
 from worker.config import load_config
-from worker.db import migrate, open_db
+from worker.db import migrate, migrations, open_db
 from worker.transfer.commands import (
     ImportResult,
     ProgressBar,
@@ -35,14 +34,17 @@ from worker.transfer.commands import (
 
 NOW = 1_795_000_000_000
 DAY = 86_400_000
+# Every row starts with (tenant, agentId).
 TABLES = {
-    "memories": "SELECT * FROM memories ORDER BY id",
-    "sessions": "SELECT * FROM sessions ORDER BY agent_id, id",
+    "memories": "SELECT tenant, agent_id, id, role, content, hash, session_id, importance, "
+    "confidence, access_count, last_accessed, timestamp, metadata, embedding, embedding_model, "
+    "created_at FROM memories ORDER BY id",
+    "sessions": "SELECT * FROM sessions ORDER BY tenant, agent_id, id",
     # positions are renumbered on import; the order is what a session means
-    "session_messages": "SELECT agent_id, session_id, memory_id, role, timestamp "
-    "FROM session_messages ORDER BY agent_id, session_id, position",
-    "kg_entities": "SELECT * FROM kg_entities ORDER BY agent_id, id",
-    "kg_relations": "SELECT agent_id, source, type, target FROM kg_relations ORDER BY seq",
+    "session_messages": "SELECT tenant, agent_id, session_id, memory_id, role, timestamp "
+    "FROM session_messages ORDER BY tenant, agent_id, session_id, position",
+    "kg_entities": "SELECT * FROM kg_entities ORDER BY tenant, agent_id, id",
+    "kg_relations": "SELECT tenant, agent_id, source, type, target FROM kg_relations ORDER BY seq",
 }
 
 
@@ -56,58 +58,67 @@ def dump(conn: apsw.Connection) -> dict[str, list[tuple[Any, ...]]]:
     return {table: [tuple(row) for row in conn.execute(sql)] for table, sql in TABLES.items()}
 
 
-def fill(conn: apsw.Connection, agent: str) -> None:
-    """Rows in every table, with each nullable column both set and null."""
+MEMORY_INSERT = (
+    "INSERT INTO memories (id, tenant, agent_id, role, content, hash, session_id, importance, "
+    "confidence, access_count, last_accessed, timestamp, metadata, embedding, embedding_model, "
+    "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1.0, 0, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def fill(conn: apsw.Connection, agent: str, tenant: str = "") -> None:
+    """Rows in every table, with each nullable column both set and null, written with plain SQL
+    so that any tenant can be filled whatever the handlers support."""
     rng = np.random.default_rng(len(agent))
     with conn:
         ids = []
         for n, (content, role, session, metadata) in enumerate(
             [
-                ("deploys fail when the cache is cold", "assistant", "s1", {"source": "chat"}),
+                ("deploys fail when the cache is cold", "assistant", "s1", '{"source":"chat"}'),
                 ("the deploy key rotates on Fridays", "user", "s1", None),
-                ("multi\nline ```code``` and ünïcode", "system", None, {"n": [1, 2.5, None]}),
-                ("kept out of every session", "user", "s2", {}),
+                ("multi\nline ```code``` and ünïcode", "system", None, '{"n":[1,2.5,null]}'),
+                ("kept out of every session", "user", "s2", "{}"),
             ]
         ):
-            vector = rng.standard_normal(8).astype(np.float32)
-            memory_id, _ = insert_memory(
-                conn,
-                agent_id=agent,
-                content=f"{agent}: {content}",
-                role=role,
-                now=NOW + n,
-                timestamp=NOW - n * DAY,
-                importance=0.3 + 0.1 * n,
-                session_id=session,
-                metadata=metadata,
-                embedding=None if n == 1 else ("hash-256-v1", vector),
-            )
+            memory_id = f"m{n}-{tenant or 'default'}-{agent}"
+            text = f"{agent}: {content}"
+            vector = rng.standard_normal(8).astype(np.float32).tobytes()
+            embedding = (None, None) if n == 1 else (vector, "hash-256-v1")
+            timestamp = NOW - n * DAY
+            conn.execute(
+                MEMORY_INSERT,
+                (memory_id, tenant, agent, role, text, content_hash(text), session, 0.3 + 0.1 * n,
+                 timestamp, timestamp, metadata, *embedding, NOW + n),
+            )  # fmt: skip
             ids.append(memory_id)
         conn.execute(
             "UPDATE memories SET access_count = 7, last_accessed = ?, confidence = 0.6180339887 "
-            "WHERE agent_id = ? AND role = 'assistant'",
-            (NOW + DAY, agent),
-        )
-        remove_memories(conn, agent, [ids[3]])  # leaves s2 with a gap in its positions
-        write_messages(
-            conn,
-            agent,
-            "s2",
-            [(ids[2], "system", NOW - 2 * DAY), (None, "user", NOW), ("gone", "user", NOW + 1)],
-        )
-        conn.execute(
-            "UPDATE sessions SET compacted_at = ?, repaired_at = ? "
-            "WHERE agent_id = ? AND id = 's2'",
-            (NOW + 5, NOW + 6, agent),
+            "WHERE tenant = ? AND agent_id = ? AND role = 'assistant'",
+            (NOW + DAY, tenant, agent),
         )
         conn.executemany(
-            "INSERT INTO kg_entities (agent_id, id, type, properties) VALUES (?, ?, ?, ?)",
-            [(agent, "alice", "person", '{"age":41,"tags":["x"]}'), (agent, "deploy", None, "{}")],
-        )
+            "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(tenant, agent, "s1", NOW, NOW + 1, None, None),
+             (tenant, agent, "s2", NOW + 3, NOW + 3, NOW + 5, NOW + 6)],
+        )  # fmt: skip
+        conn.executemany(  # positions with gaps: only their order means anything
+            "INSERT INTO session_messages VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(tenant, agent, "s1", 1, ids[0], "assistant", NOW),
+             (tenant, agent, "s1", 2, ids[1], "user", NOW - DAY),
+             (tenant, agent, "s2", 2, ids[2], "system", NOW - 2 * DAY),
+             (tenant, agent, "s2", 5, None, "user", NOW),
+             (tenant, agent, "s2", 9, "gone", "user", NOW + 1)],
+        )  # fmt: skip
         conn.executemany(
-            "INSERT INTO kg_relations (agent_id, source, type, target) VALUES (?, ?, ?, ?)",
-            [(agent, "deploy", "owned_by", "alice"), (agent, "alice", "owns", "deploy")],
-        )
+            "INSERT INTO kg_entities VALUES (?, ?, ?, ?, ?)",
+            [(tenant, agent, "alice", "person", '{"age":41,"tags":["x"]}'),
+             (tenant, agent, "deploy", None, "{}")],
+        )  # fmt: skip
+        conn.executemany(
+            "INSERT INTO kg_relations (tenant, agent_id, source, type, target) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(tenant, agent, "deploy", "owned_by", "alice"),
+             (tenant, agent, "alice", "owns", "deploy")],
+        )  # fmt: skip
 
 
 def export_bytes(conn: apsw.Connection, agent_id: str | None = None) -> bytes:
@@ -164,7 +175,7 @@ def test_the_file_is_a_header_records_per_agent_and_an_end(source: apsw.Connecti
         "kind": "header",
         "format": "memory-worker-export",
         "version": 1,
-        "schemaVersion": 1,
+        "schemaVersion": len(migrations()),
         "exportedAt": NOW,
         "agent": None,
     }
@@ -179,8 +190,7 @@ def test_agent_option_exports_only_that_agent(
     assert msgspec.json.decode(lines_of(data)[0])["agent"] == "b"
     import_jsonl(target, lines_of(data))
     expected = {
-        table: [row for row in rows if row[1 if table == "memories" else 0] == "b"]
-        for table, rows in dump(source).items()
+        table: [row for row in rows if row[:2] == ("", "b")] for table, rows in dump(source).items()
     }
     assert dump(target) == expected
     assert all(expected.values())
@@ -215,7 +225,7 @@ def test_content_the_agent_already_holds_is_skipped_and_sessions_follow_its_id(
     with target:
         existing, _ = insert_memory(
             target,
-            agent_id="a",
+            agent=("", "a"),
             content="a: deploys fail when the cache is cold",
             role="user",
             now=1,
@@ -238,8 +248,11 @@ def test_an_imported_session_replaces_the_one_in_the_database(
 ) -> None:
     """Sessions are replaced, not merged: the file's list is the session afterwards."""
     with target:
-        target.execute("INSERT INTO sessions VALUES ('a', 's1', 1, 2, NULL, NULL)")
-        write_messages(target, "a", "s1", [("local", "user", 3), (None, "system", 4)])
+        target.execute("INSERT INTO sessions VALUES ('', 'a', 's1', 1, 2, NULL, NULL)")
+        target.execute(
+            "INSERT INTO session_messages VALUES ('', 'a', 's1', 1, 'local', 'user', 3), "
+            "('', 'a', 's1', 2, NULL, 'system', 4)"
+        )
     import_jsonl(target, lines_of(export_bytes(source)))
     assert dump(target)["session_messages"] == dump(source)["session_messages"]
     assert dump(target)["sessions"] == dump(source)["sessions"]
@@ -330,7 +343,7 @@ def test_reading_the_file_leaves_the_database_writable_by_a_worker(
         with other:
             insert_memory(
                 other,
-                agent_id="w",
+                agent=("", "w"),
                 content=f"written at {done}",
                 role="user",
                 now=1,
@@ -385,10 +398,11 @@ def test_export_and_import_commands_move_a_database_file(
     """The CLI functions: export to a file, import it into a new file, one summary line each."""
     exported = tmp_path / "agents.jsonl"
     config = load_config({}, db_path=str(tmp_path / "source.db"))
-    assert export_command(config, argparse.Namespace(agent=None, output=str(exported))) == 0
+    options = argparse.Namespace(agent=None, tenant=None, output=str(exported))
+    assert export_command(config, options) == 0
     assert capsys.readouterr().err == f"exported 20 records (all agents) from {config.db_path}\n"
     copy = load_config({}, db_path=str(tmp_path / "new" / "copy.db"))
-    assert import_command(copy, argparse.Namespace(file=str(exported))) == 0
+    assert import_command(copy, argparse.Namespace(file=str(exported), tenant=None)) == 0
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith(f"imported {exported} into {copy.db_path}: 20 records: ")
@@ -403,21 +417,21 @@ def test_export_command_writes_only_jsonl_to_stdout_and_import_reads_stdin(
 ) -> None:
     """`export > file` and `import -`: stdout carries the records and nothing else."""
     config = load_config({}, db_path=str(tmp_path / "source.db"))
-    assert export_command(config, argparse.Namespace(agent="a", output=None)) == 0
+    assert export_command(config, argparse.Namespace(agent="a", tenant=None, output=None)) == 0
     out = capfdbinary.readouterr().out
     records = [msgspec.json.decode(line) for line in lines_of(out)]
     records[0]["exportedAt"] = NOW
     assert records == [msgspec.json.decode(line) for line in lines_of(export_bytes(source, "a"))]
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(out)))
     copy = load_config({}, db_path=str(tmp_path / "copy.db"))
-    assert import_command(copy, argparse.Namespace(file="-")) == 0
+    assert import_command(copy, argparse.Namespace(file="-", tenant=None)) == 0
     assert open_db(copy.db_path).execute("SELECT count(*) FROM memories").fetchone() == (4,)
 
 
 def test_export_command_refuses_a_missing_database_without_creating_it(tmp_path: Path) -> None:
     """Export reads; it never creates or migrates the file it is pointed at."""
     config = load_config({}, db_path=str(tmp_path / "absent.db"))
-    assert export_command(config, argparse.Namespace(agent=None, output=None)) == 1
+    assert export_command(config, argparse.Namespace(agent=None, tenant=None, output=None)) == 1
     assert not (tmp_path / "absent.db").exists()
 
 
@@ -428,7 +442,7 @@ def test_import_command_refuses_a_bad_file_with_exit_1(
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"kind": "end", "records": 0}\n')
     config = load_config({}, db_path=str(tmp_path / "copy.db"))
-    assert import_command(config, argparse.Namespace(file=str(bad))) == 1
+    assert import_command(config, argparse.Namespace(file=str(bad), tenant=None)) == 1
     assert capsys.readouterr().err == (
         "memory-worker import: line 1: not a memory-worker export (no header record)\n"
     )
@@ -468,7 +482,7 @@ def test_any_memory_survives_the_round_trip(
         for content, importance, metadata, vector in memories:
             insert_memory(
                 source,
-                agent_id="p",
+                agent=("", "p"),
                 content=content,
                 role="user",
                 now=NOW,

@@ -60,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     fire.add_argument("payload", nargs="?", default="{}", help="JSON request, or - for stdin")
     stats = _client(commands, "stats", "ask a running worker what it has done and holds", 10.0)
     stats.add_argument("--json", action="store_true", help="the memory::stats reply as JSON")
+    stats.add_argument(
+        "--tenant", help="under tenancy, count one tenant (an account name; '' the default)"
+    )
     _client(commands, "check", "exit 0 if a memory worker answers $SRV.PING and is healthy", 3.0)
     bench = commands.add_parser("bench", help="measure latency, throughput, RSS and quality")
     from worker.bench.command import add_arguments
@@ -72,11 +75,13 @@ def _parser() -> argparse.ArgumentParser:
     mig.add_argument("--db", dest="db_path")
     export = commands.add_parser("export", help="write agents as JSON Lines (stdout by default)")
     export.add_argument("--db", dest="db_path", help="SQLite file (default ./data/memory.db)")
-    export.add_argument("--agent", help="only this agent (default: every agent)")
+    export.add_argument("--tenant", help="only this tenant ('' the default; default: every tenant)")
+    export.add_argument("--agent", help="only this agent (of --tenant; default: every agent)")
     export.add_argument("--output", help="file to write instead of stdout")
     imp = commands.add_parser("import", help="add agents from an export file; safe to repeat")
     imp.add_argument("file", help="a file written by export, or - for stdin")
     imp.add_argument("--db", dest="db_path", help="SQLite file (default ./data/memory.db)")
+    imp.add_argument("--tenant", help="put every record into this tenant (default: each its own)")
     return parser
 
 

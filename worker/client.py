@@ -160,7 +160,8 @@ def stats(config: Config, args: argparse.Namespace) -> Exit:
         return text if args.json else render(msgspec.json.decode(text))
 
     url = client_url(config, args.nats_url)
-    answer = call(config, url, config.subject_prefix + "memory.stats", b"{}", args.timeout)
+    body = b"{}" if args.tenant is None else json.dumps({"tenant": args.tenant}).encode()
+    answer = call(config, url, config.subject_prefix + "memory.stats", body, args.timeout)
     return answer if isinstance(answer, Exit) else _print_reply(answer, table)
 
 

@@ -158,7 +158,7 @@ class Dispatcher:
         finally:
             self.in_flight -= 1
         duration_ms = (time.perf_counter() - started) * 1000
-        self._count(trigger, duration_ms, outcome.error)
+        self._count(trigger, duration_ms, outcome.error, caller.tenant)
         refusal = {} if outcome.error is None else {"field": outcome.error.field}
         log.info(
             "trigger.handled",
@@ -173,5 +173,8 @@ class Dispatcher:
             reported[0].report(self.services, trigger, source, reported[1])
         return outcome
 
-    def _count(self, trigger: str, duration_ms: float, error: WorkerError | None) -> None:
-        self.telemetry.count(trigger, duration_ms, None if error is None else error.code)
+    def _count(
+        self, trigger: str, duration_ms: float, error: WorkerError | None, tenant: str | None
+    ) -> None:
+        code = None if error is None else error.code
+        self.telemetry.count(trigger, duration_ms, code, tenant)

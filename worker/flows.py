@@ -20,6 +20,7 @@ from handlers.session_repair import repair
 from handlers.stats import COUNTED, database_counts
 from handlers.store import check_store
 from handlers.store import store as store_handler
+from schema.base import tenant_of
 from schema.memory import (
     RecallReply,
     RecallRequest,
@@ -59,7 +60,9 @@ async def store(s: Services, req: StoreRequest) -> StoreReply:
         )
     )
     if embedding is None and reply.stored and s.backfill is not None:
-        s.backfill.add(req.agent_id)  # deferred, or the embedder failed: the backfill retries
+        s.backfill.add(
+            tenant_of(req), req.agent_id
+        )  # deferred, or the embedder failed: the backfill retries
     return reply
 
 
@@ -69,6 +72,7 @@ def _recall(
     found: Snapshot,
     req: RecallRequest,
     query_vector: tuple[str, Vector] | None,
+    tenant: str,
 ) -> tuple[RecallReply, int]:
     """On a reader thread: rank the snapshot of the agent's columns, count the accesses in the
     index, and read the winners' rows; the reply and the time it was ranked at."""
@@ -79,7 +83,8 @@ def _recall(
     if not ranked:
         return RecallReply(memories=[]), now
     counts = found.count_access([memory_id for memory_id, _ in ranked])
-    return recall_handler.recalled_memories(conn, req.agent_id, ranked, counts, now=now), now
+    reply = recall_handler.recalled_memories(conn, tenant, req.agent_id, ranked, counts, now=now)
+    return reply, now
 
 
 async def recall(s: Services, req: RecallRequest) -> RecallReply:
@@ -90,14 +95,16 @@ async def recall(s: Services, req: RecallRequest) -> RecallReply:
     if req.query.strip():
         [vector] = await s.embedder.embed([req.query], query=True)
         query_vector = None if vector is None else (s.embedder.name, vector)
+    tenant = tenant_of(req)
     reply, now = await s.index.with_snapshot(
-        req.agent_id, lambda conn, found: _recall(s, conn, found, req, query_vector)
+        (tenant, req.agent_id),
+        lambda conn, found: _recall(s, conn, found, req, query_vector, tenant),
     )
     if reply.memories:
         ids = [memory.id for memory in reply.memories]
         persist = asyncio.create_task(
             s.writer.run(
-                lambda conn: recall_handler.record_access(conn, req.agent_id, ids, now=now),
+                lambda conn: recall_handler.record_access(conn, tenant, req.agent_id, ids, now=now),
                 durable=False,
             )
         )
@@ -111,7 +118,8 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
     t = s.telemetry
     counts: dict[str, int | None]
     try:
-        counts = dict(await s.readers.run(database_counts))
+        tenant = req.tenant if isinstance(req.tenant, str) else None
+        counts = dict(await s.readers.run(lambda conn: database_counts(conn, tenant)))
     except DAMAGED as error:
         t.health.corrupt(f"memory::stats: {type(error).__name__}: {error}")
         counts = dict.fromkeys(COUNTED)
@@ -131,7 +139,9 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
                 errors=figures.errors,
                 mean_ms=round(figures.total_ms / max(1, figures.requests), 3),
             )
-            for trigger, figures in t.triggers.items()
+            for trigger, figures in (
+                t.triggers.items() if tenant is None else t.by_tenant.get(tenant, {}).items()
+            )
         },
         agents=counts["agents"],
         memories=counts["memories"],
@@ -170,19 +180,21 @@ async def session_compact(s: Services, req: CompactRequest) -> CompactReply:
         )
     )
     if embedding is None and reply.compacted and s.backfill is not None:
-        s.backfill.add(req.agent_id)  # the embedder failed: the summary gets its vector later
+        s.backfill.add(
+            tenant_of(req), req.agent_id
+        )  # the embedder failed: the summary gets its vector later
     return reply
 
 
 async def session_repair(s: Services, req: RepairRequest) -> RepairReply:
     reply = await s.writer.run(lambda conn: repair(conn, req, now=s.clock()))
     if reply.stats.consecutive_merged:
-        await embed_missing(s, req.agent_id)
+        await embed_missing(s, tenant_of(req), req.agent_id)
     return reply
 
 
-async def embed_missing(s: Services, agent_id: str) -> None:
+async def embed_missing(s: Services, tenant: str, agent_id: str) -> None:
     """Give a batch of the agent's memories that lack one a vector now (repair's merged
     messages); the backfill takes any more. A no-op without an embedder."""
-    if s.backfill is not None and not await s.backfill.fill_batch(agent_id):
-        s.backfill.add(agent_id)
+    if s.backfill is not None and not await s.backfill.fill_batch(tenant, agent_id):
+        s.backfill.add(tenant, agent_id)

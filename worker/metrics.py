@@ -12,7 +12,7 @@ import contextlib
 
 import structlog
 
-from handlers.stats import database_counts
+from handlers.stats import database_counts, memories_by_tenant
 from worker.readers import Readers
 from worker.telemetry import LATENCY_BUCKETS, Telemetry
 
@@ -48,6 +48,18 @@ async def render_metrics(telemetry: Telemetry, readers: Readers) -> str:
         lines.append(f'{series}_bucket{{trigger="{trigger}",le="+Inf"}} {stats.requests}')
         lines.append(f'{series}_sum{{trigger="{trigger}"}} {stats.total_ms / 1000}')
         lines.append(f'{series}_count{{trigger="{trigger}"}} {stats.requests}')
+    if telemetry.by_tenant:
+        family("tenant_requests_total", "counter", "Requests by tenant caller and trigger.")
+        for tenant, figures in sorted(telemetry.by_tenant.items()):
+            for trigger, stats in figures.items():
+                labels = f'tenant="{_label(tenant)}",trigger="{trigger}"'
+                lines.append(f"{PREFIX}_tenant_requests_total{{{labels}}} {stats.requests}")
+        family("tenant_errors_total", "counter", "Errors by tenant caller, trigger and code.")
+        for tenant, figures in sorted(telemetry.by_tenant.items()):
+            for trigger, stats in figures.items():
+                for code, count in sorted(stats.errors_by_code.items()):
+                    labels = f'tenant="{_label(tenant)}",trigger="{trigger}",code="{code}"'
+                    lines.append(f"{PREFIX}_tenant_errors_total{{{labels}}} {count}")
     counts = await readers.run(database_counts)
     for key, text in (
         ("memories", "Memories stored."),
@@ -58,6 +70,9 @@ async def render_metrics(telemetry: Telemetry, readers: Readers) -> str:
     ):
         family(key, "gauge", text)
         lines.append(f"{PREFIX}_{key} {counts[key]}")
+    family("tenant_memories", "gauge", "Memories stored, by tenant ('' the default tenant).")
+    for tenant, count in sorted((await readers.run(memories_by_tenant)).items()):
+        lines.append(f'{PREFIX}_tenant_memories{{tenant="{_label(tenant)}"}} {count}')
     family("in_flight", "gauge", "Requests being handled now.")
     lines.append(f"{PREFIX}_in_flight {telemetry.in_flight}")
     family("job_last_run_timestamp_seconds", "gauge", "When each scheduled job last ran.")

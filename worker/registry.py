@@ -22,7 +22,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal
 
 from handlers import kg, session
-from schema.base import Request
+from schema.base import TriggerRequest
 from schema.kg import KgAddRequest, KgQueryRequest
 from schema.memory import ConsolidateRequest, EvictRequest, RecallRequest, StoreRequest
 from schema.session import CompactRequest, RepairRequest, SessionListRequest
@@ -39,7 +39,7 @@ FLOW: Where = "flow"
 @dataclass(frozen=True)
 class Route:
     trigger: str
-    request_type: type[Request]
+    request_type: type[TriggerRequest]
     # A pure handler (conn, request, *, now) for WRITER and READER; async (services, request)
     # for FLOW.
     run: Callable[..., Any]

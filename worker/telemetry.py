@@ -94,11 +94,20 @@ class Telemetry:
 
     next_fires: Callable[[int], dict[str, int]] = no_fires
     triggers: dict[str, TriggerStats] = field(default_factory=dict)
+    # Under tenancy: each tenant caller's own figures, tenant -> trigger -> figures.
+    by_tenant: dict[str, dict[str, TriggerStats]] = field(default_factory=dict)
     in_flight: int = 0
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     health: Health = field(default_factory=Health)
 
-    def count(self, trigger: str, duration_ms: float, error_code: str | None) -> None:
+    def count(
+        self, trigger: str, duration_ms: float, error_code: str | None, tenant: str | None = None
+    ) -> None:
+        """`tenant`: the caller's account under tenancy, counted apart as well (bounded: one
+        entry per account the operator configured, never per agent)."""
         stats = self.triggers.get(trigger)
         if stats is not None:
             stats.record(duration_ms, error_code)
+            if tenant is not None:
+                per_trigger = self.by_tenant.setdefault(tenant, {})
+                per_trigger.setdefault(trigger, TriggerStats()).record(duration_ms, error_code)

@@ -3,6 +3,7 @@ transaction per call)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import apsw
@@ -32,3 +33,16 @@ def store(
 
 def rows(conn: apsw.Connection, sql: str, *params: object) -> list[tuple[Any, ...]]:
     return [tuple(row) for row in conn.execute(sql, params)]
+
+
+def insert_in_tenant(conn: apsw.Connection, tenant: str, agent_id: str, content: str) -> str:
+    """One memory of a tenant's agent written with plain SQL (migration 0002's columns), for
+    tests that must not depend on the store handler's tenancy; its id."""
+    memory_id = str(uuid.uuid4())
+    conn.execute(
+        "INSERT INTO memories (id, tenant, agent_id, role, content, hash, importance, "
+        "confidence, last_accessed, timestamp, created_at) "
+        "VALUES (?, ?, ?, 'user', ?, ?, 0.5, 1.0, 1, 1, 1)",
+        (memory_id, tenant, agent_id, content, f"{tenant}/{content}"),
+    )
+    return memory_id

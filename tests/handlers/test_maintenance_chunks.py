@@ -31,7 +31,8 @@ def seed(conn: apsw.Connection, count: int, *, agent: str = "a", session: bool =
                 [(agent, f"s{n}") for n in range(10)],
             )
             conn.executemany(
-                "INSERT INTO session_messages VALUES (?, ?, ?, ?, 'user', 0)",
+                "INSERT INTO session_messages (agent_id, session_id, position, memory_id, role, "
+                "timestamp) VALUES (?, ?, ?, ?, 'user', 0)",
                 [(agent, f"s{n % 10}", n // 10 + 1, f"m{n:06d}") for n in range(count)],
             )
 
@@ -44,7 +45,7 @@ def test_removing_memories_from_sessions_looks_them_up_by_memory_not_by_scanning
     seed(conn, 100)
     plan = " ".join(
         str(row[3])
-        for row in conn.execute("EXPLAIN QUERY PLAN " + REMOVE_FROM_SESSIONS, ("a", "m000001"))
+        for row in conn.execute("EXPLAIN QUERY PLAN " + REMOVE_FROM_SESSIONS, ("", "a", "m000001"))
     )
     assert "session_messages_by_memory" in plan, plan
 

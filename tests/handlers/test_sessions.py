@@ -106,7 +106,7 @@ def test_compaction_stores_the_summary_and_rewrites_the_list(conn: apsw.Connecti
         reply.summary_id,
     )
     assert row == ("LLM summary 1", "system", 0.9, "s", 1_007)
-    refs = [ref[0] for ref in read_messages(conn, "a", "s")]
+    refs = [ref[0] for ref in read_messages(conn, ("", "a"), "s")]
     assert refs == [reply.summary_id, *ids[8:]]
     assert rows(conn, "SELECT count(*) FROM memories WHERE agent_id = 'a'") == [(13,)]
     [session] = session_list(conn, SessionListRequest(agent_id="a"), now=0).sessions
@@ -128,7 +128,7 @@ def test_applying_refuses_a_list_that_changed_since_the_plan(conn: apsw.Connecti
     planned = plan_compaction(conn, req)
     assert isinstance(planned, CompactionPlan)
     with conn:
-        write_messages(conn, "a", "s", read_messages(conn, "a", "s")[1:])
+        write_messages(conn, ("", "a"), "s", read_messages(conn, ("", "a"), "s")[1:])
     with pytest.raises(Unavailable, match="changed during compaction"):
         apply_compaction(conn, req, planned, summary="late", summarizer="llm", now=NOW)
 
@@ -173,7 +173,7 @@ def fixes(reply: RepairReply) -> dict[str, int]:
 
 def set_refs(conn: apsw.Connection, refs: list[Ref]) -> None:
     with conn:
-        write_messages(conn, "a", "s", refs)
+        write_messages(conn, ("", "a"), "s", refs)
 
 
 @pytest.mark.parametrize(
@@ -203,7 +203,7 @@ def test_each_repair_phase_on_its_own(
     reply = run_repair(conn)
     assert reply.repaired is True and fixes(reply) == expected_stats
     assert reply.total_fixes == sum(expected_stats.values())
-    after = read_messages(conn, "a", "s")
+    after = read_messages(conn, ("", "a"), "s")
     if broken == "reorder":
         assert after == [good[0], (ids[1], "assistant", 1001), good[2]]
     else:
@@ -219,7 +219,7 @@ def test_repair_merges_consecutive_same_role_messages_into_a_new_memory(
     third = store(conn, "a", "answer", session_id="s", role="assistant", timestamp=30).id
     reply = run_repair(conn, now=NOW + 3)
     assert fixes(reply) == {"consecutive_merged": 1} and reply.repaired is True
-    [merged, answer] = read_messages(conn, "a", "s")
+    [merged, answer] = read_messages(conn, ("", "a"), "s")
     assert answer == (third, "assistant", 30) and merged[1:] == ("user", 10)
     [row] = rows(
         conn,
@@ -240,7 +240,7 @@ def test_system_messages_are_never_merged_and_oversize_is_only_counted(
     store(conn, "a", "rule one", session_id="s", role="system", timestamp=1)
     store(conn, "a", "rule two", session_id="s", role="system", timestamp=2)
     store(conn, "a", "y" * 500_001, session_id="s", timestamp=3)
-    before = read_messages(conn, "a", "s")
+    before = read_messages(conn, ("", "a"), "s")
     assert run_repair(conn) == RepairReply(
         repaired=False,
         total_fixes=0,
@@ -249,7 +249,7 @@ def test_system_messages_are_never_merged_and_oversize_is_only_counted(
             orphaned_refs=0, reordered=0, oversized_detected=1,
         ),
     )  # fmt: skip
-    assert read_messages(conn, "a", "s") == before
+    assert read_messages(conn, ("", "a"), "s") == before
     [session] = session_list(conn, SessionListRequest(agent_id="a"), now=0).sessions
     assert session.repaired_at is None
 
@@ -262,4 +262,4 @@ def test_an_orphan_between_two_same_role_messages_is_dropped_then_they_merge(
     set_refs(conn, [(one, "user", 1), ("gone", "assistant", 2), (two, "user", 3)])
     reply = run_repair(conn)
     assert fixes(reply) == {"orphaned_refs": 1, "consecutive_merged": 1}
-    assert len(read_messages(conn, "a", "s")) == 1
+    assert len(read_messages(conn, ("", "a"), "s")) == 1

@@ -24,15 +24,25 @@ def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
 
 
 class BenchClient:
-    def __init__(self, nc: Any, prefix: str = "", timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        nc: Any,
+        prefix: str = "",
+        timeout: float = 60.0,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """`headers` go on every request (the bench's stand-in for `Nats-Request-Info`)."""
         self.nc = nc
         self.prefix = prefix
         self.timeout = timeout
+        self.headers = headers
 
     async def timed(self, subject: str, payload: Any) -> tuple[float, Any]:
         data = msgspec.json.encode(payload)
         started = time.perf_counter()
-        msg = await self.nc.request(self.prefix + subject, data, timeout=self.timeout)
+        msg = await self.nc.request(
+            self.prefix + subject, data, timeout=self.timeout, headers=self.headers
+        )
         elapsed = (time.perf_counter() - started) * 1000
         if error_reply(msg) is not None:
             raise RuntimeError(f"{subject}: {msg.data.decode()}")

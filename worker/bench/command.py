@@ -27,8 +27,21 @@ from worker.bench.corpus import Corpus
 from worker.bench.evict import eviction_rows, measure_eviction
 from worker.bench.locomo import measure_locomo
 from worker.embedded import EmbeddedServer
+from worker.tenancy import REQUEST_INFO, caller_of
 
 AGENT = "bench-agent"
+TENANT_HEADERS = {REQUEST_INFO: json.dumps({"acc": "BENCH", "user": "bench", "rtt": 150000})}
+
+
+def request_info_parse_us() -> float:
+    """The median time to read the caller from a tenant request's `Nats-Request-Info`."""
+    samples = []
+    for _ in range(20):
+        started = time.perf_counter()
+        for _ in range(1000):
+            caller_of(TENANT_HEADERS, "MEMORY")
+        samples.append((time.perf_counter() - started) * 1000)  # ms per 1000 = us each
+    return round(sorted(samples)[len(samples) // 2], 3)
 
 
 def free_port() -> int:
@@ -62,10 +75,18 @@ async def wait_for_responder(nc: Any, subject: str, timeout: float = 60.0) -> No
 
 async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) -> dict[str, Any]:
     nc = await nats.connect(url)
-    client = BenchClient(nc, args.subject_prefix)
+    # Under tenancy the bench's requests carry the header a tenant's imported request has (the
+    # embedded server has no accounts; the worker believes it as it would the server's).
+    headers = TENANT_HEADERS if args.tenancy == "account" else None
+    client = BenchClient(nc, args.subject_prefix, headers=headers)
     await wait_for_responder(nc, "$SRV.PING.memory")
     await wait_for_responder(nc, "bench.echo")
-    results: dict[str, Any] = {"memories": args.memories, "concurrency": args.concurrency}
+    results: dict[str, Any] = {
+        "memories": args.memories,
+        "concurrency": args.concurrency,
+        "tenancy": args.tenancy,
+        "request_info_parse_us": request_info_parse_us(),
+    }
     floor_client = BenchClient(nc)  # the echo's subject has no prefix
     echo = [(await floor_client.timed("bench.echo", {"x": 1}))[0] for _ in range(args.echo)]
     floor = percentiles(echo)
@@ -163,6 +184,7 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             "MEMORY_WORKER_LOG_LEVEL": "warning",
         }
         env["MEMORY_WORKER_EMBEDDER"] = args.embedder
+        env["MEMORY_WORKER_TENANCY"] = args.tenancy
         if args.keyword:
             env["MEMORY_WORKER_KEYWORD"] = args.keyword
         echo = _spawn([sys.executable, "-m", "worker.bench.echo", url], env)
@@ -184,6 +206,8 @@ def table(results: dict[str, Any]) -> str:
     rows = [
         ("embedder", results["embedder"]),
         ("memories in one agent", results["memories"]),
+        ("tenancy", results["tenancy"]),
+        ("Nats-Request-Info parse us (median)", results["request_info_parse_us"]),
         ("NATS echo p50 / p99 ms", f"{results['echo']['p50_ms']} / {results['echo']['p99_ms']}"),
         ("store p50 / p99 ms", f"{results['store']['p50_ms']} / {results['store']['p99_ms']}"),
         ("store p50 / echo p50", results["store"]["p50_vs_echo"]),
@@ -239,6 +263,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--echo", type=int, default=1000, help="echo round trips timed")
     parser.add_argument("--embedder", choices=["builtin", "bus", "none"])
     parser.add_argument("--keyword", choices=["share", "idf", "stems"])
+    parser.add_argument(
+        "--tenancy",
+        choices=["none", "account"],
+        default="none",
+        help="run the worker with MEMORY_WORKER_TENANCY=account, requests from one tenant",
+    )
     parser.add_argument(
         "--evict", type=int, default=10_000, help="memories in sessions to evict (0: skip)"
     )

@@ -22,6 +22,8 @@ ROW_SQL = (
     "embedding_model, content, access_count FROM memories"
 )
 Row = tuple[str, str, str | None, int, float, float, bytes | None, str | None, str, int]
+# (tenant, agent_id): the same agentId in two tenants is two agents (contract section 15).
+AgentKey = tuple[str, str]
 
 
 class AgentIndex:

@@ -8,6 +8,8 @@ must not overwrite good vectors with its own, so then only missing vectors are f
 When more texts are waiting for the model than one batch, a store commits without its vector
 and replies at once; the memory is recallable by its keywords at once and by meaning when this
 task has embedded it. Sustained throughput is still the model's; a burst no longer waits for it.
+
+It serves every tenant, one agent (a (tenant, agentId) pair) at a time, in turn.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import structlog
 from handlers.backfill import missing_vector_agents, set_embeddings, vectorless
 from worker.embedders import Embedder
 from worker.readers import Readers
+from worker.recall_index.agent_index import AgentKey
 from worker.writer import Writer
 
 log = structlog.get_logger()
@@ -39,11 +42,11 @@ class Backfill:
         self._embedder = embedder
         # Vectors of another model than this one count as missing (None: only missing ones).
         self._model = embedder.name if replace else None
-        self._retries: dict[str, asyncio.TimerHandle] = {}
+        self._retries: dict[AgentKey, asyncio.TimerHandle] = {}
         self.retry_s = RETRY_S
         self._readers = readers
         self._writer = writer
-        self._agents: dict[str, None] = {}
+        self._agents: dict[AgentKey, None] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
 
@@ -52,16 +55,16 @@ class Backfill:
         if self._embedder.name != "none":
             self._task = asyncio.create_task(self._run())
 
-    def add(self, agent_id: str) -> None:
-        self._agents[agent_id] = None
+    def add(self, tenant: str, agent_id: str) -> None:
+        self._agents[tenant, agent_id] = None
         self._wake.set()
 
     async def _run(self) -> None:
         try:
-            for agent_id in await self._readers.run(
+            for tenant, agent_id in await self._readers.run(
                 lambda c: missing_vector_agents(c, self._model)
             ):
-                self.add(agent_id)
+                self.add(tenant, agent_id)
         except Exception:
             log.exception("backfill.scan_failed")
         while True:
@@ -69,39 +72,41 @@ class Backfill:
             self._wake.clear()
             while self._agents:
                 # Taken off before its batch, so that a store deferred meanwhile puts it back.
-                agent_id = next(iter(self._agents))
-                del self._agents[agent_id]
+                key = next(iter(self._agents))
+                del self._agents[key]
                 try:
-                    done = await self.fill_batch(agent_id)
+                    done = await self.fill_batch(*key)
                 except Exception:
-                    log.exception("backfill.failed", agent=agent_id)
-                    self._retry_later(agent_id)
+                    log.exception("backfill.failed", tenant=key[0], agent=key[1])
+                    self._retry_later(key)
                     done = True
                 if not done:  # to the back of the line: a long backlog starves nobody
-                    self._agents[agent_id] = None
+                    self._agents[key] = None
 
-    def _retry_later(self, agent_id: str) -> None:
-        if agent_id not in self._retries:
+    def _retry_later(self, key: AgentKey) -> None:
+        if key not in self._retries:
             loop = asyncio.get_running_loop()
-            self._retries[agent_id] = loop.call_later(self.retry_s, self._retry, agent_id)
+            self._retries[key] = loop.call_later(self.retry_s, self._retry, key)
 
-    def _retry(self, agent_id: str) -> None:
-        del self._retries[agent_id]
-        self.add(agent_id)
+    def _retry(self, key: AgentKey) -> None:
+        del self._retries[key]
+        self.add(*key)
 
-    async def fill_batch(self, agent_id: str) -> bool:
+    async def fill_batch(self, tenant: str, agent_id: str) -> bool:
         """Embed one batch of the agent's memories that lack a vector; True when there are no
         more, or none of this batch could be embedded (then the agent is retried in RETRY_S)."""
         model, replace = self._embedder.name, self._model is not None
-        rows = await self._readers.run(lambda c: vectorless(c, agent_id, BATCH, self._model))
+        rows = await self._readers.run(
+            lambda c: vectorless(c, tenant, agent_id, BATCH, self._model)
+        )
         if not rows:
             return True
         vectors = await self._embedder.embed([content for _, content in rows], query=False)
         found = [(i, v) for (i, _), v in zip(rows, vectors, strict=True) if v is not None]
         if not found:
-            self._retry_later(agent_id)
+            self._retry_later((tenant, agent_id))
             return True
-        await self._writer.run(lambda c: set_embeddings(c, agent_id, model, found, replace))
+        await self._writer.run(lambda c: set_embeddings(c, tenant, agent_id, model, found, replace))
         return len(rows) < BATCH
 
     async def close(self) -> None:

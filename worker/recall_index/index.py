@@ -3,7 +3,8 @@
 The writer connection carries temporary triggers that log which memories a transaction inserted,
 deleted or re-scored; after each commit the writer applies that log here. Recall then ranks an
 agent without touching SQLite. Agents load on first use and leave, least recently used first,
-when the index outgrows its memory budget.
+when the index outgrows its memory budget. An agent is a (tenant, agentId) pair everywhere here,
+so that agent `a1` of two tenants is two indexes that share nothing (contract section 15).
 
 A load reads the agent's rows without holding the lock (a large agent takes seconds, and the
 writer applies every commit under the lock, so holding it would stall every write and every
@@ -30,20 +31,26 @@ import structlog
 
 from handlers.recall import Columns
 from worker.readers import Readers
-from worker.recall_index.agent_index import ROW_SQL, AgentIndex
+from worker.recall_index.agent_index import ROW_SQL, AgentIndex, AgentKey
 
 log = structlog.get_logger()
 T = TypeVar("T")
 
+# A row moved to another tenant or agent leaves the old one's index and joins the new one's.
 CHANGE_LOG = """
-CREATE TEMP TABLE IF NOT EXISTS index_changes (agent_id TEXT, memory_id TEXT, op TEXT);
+CREATE TEMP TABLE IF NOT EXISTS index_changes
+    (tenant TEXT, agent_id TEXT, memory_id TEXT, op TEXT);
 CREATE TEMP TRIGGER IF NOT EXISTS index_on_insert AFTER INSERT ON main.memories BEGIN
-    INSERT INTO index_changes VALUES (new.agent_id, new.id, 'upsert'); END;
+    INSERT INTO index_changes VALUES (new.tenant, new.agent_id, new.id, 'upsert'); END;
 CREATE TEMP TRIGGER IF NOT EXISTS index_on_delete AFTER DELETE ON main.memories BEGIN
-    INSERT INTO index_changes VALUES (old.agent_id, old.id, 'delete'); END;
+    INSERT INTO index_changes VALUES (old.tenant, old.agent_id, old.id, 'delete'); END;
 CREATE TEMP TRIGGER IF NOT EXISTS index_on_rescore
     AFTER UPDATE OF confidence, importance, timestamp, embedding ON main.memories BEGIN
-    INSERT INTO index_changes VALUES (new.agent_id, new.id, 'upsert'); END;
+    INSERT INTO index_changes VALUES (new.tenant, new.agent_id, new.id, 'upsert'); END;
+CREATE TEMP TRIGGER IF NOT EXISTS index_on_move
+    AFTER UPDATE OF tenant, agent_id ON main.memories BEGIN
+    INSERT INTO index_changes VALUES (old.tenant, old.agent_id, old.id, 'delete');
+    INSERT INTO index_changes VALUES (new.tenant, new.agent_id, new.id, 'upsert'); END;
 """
 
 
@@ -105,8 +112,8 @@ class MemoryIndex:
         self._open_reader = open_reader or readers.fresh
         self._clock = clock
         self._max_bytes = max_bytes
-        self._agents: OrderedDict[str, AgentIndex] = OrderedDict()
-        self._loading: dict[str, _Load] = {}
+        self._agents: OrderedDict[AgentKey, AgentIndex] = OrderedDict()
+        self._loading: dict[AgentKey, _Load] = {}
         # Bumped when another process wrote the file: loads begun before must not be kept.
         self._generation = 0
         # Private: a caller holding it while waiting for a load would deadlock with that load.
@@ -114,9 +121,9 @@ class MemoryIndex:
         # The writer connection's `data_version` at its last commit (see `after_commit`).
         self._data_version: int | None = None
         # On the event loop only: loads that recalls of one agent await together.
-        self._shared_loads: dict[str, asyncio.Future[AgentIndex]] = {}
+        self._shared_loads: dict[AgentKey, asyncio.Future[AgentIndex]] = {}
 
-    async def with_snapshot(self, agent_id: str, fn: Callable[[apsw.Connection, Snapshot], T]) -> T:
+    async def with_snapshot(self, key: AgentKey, fn: Callable[[apsw.Connection, Snapshot], T]) -> T:
         """Run fn on a reader thread, in one read transaction, with a snapshot of the agent.
 
         An agent not loaded is loaded first on a reader thread; recalls that need it meanwhile
@@ -125,65 +132,67 @@ class MemoryIndex:
         taken on the reader thread, not here: it needs the lock, which the writer holds while it
         applies a commit, and the event loop must not wait for that. An agent that left (or was
         dropped) before fn ran is loaded again there, sharing a load the way `agent` does."""
-        if agent_id not in self._agents:  # without the lock: a dict lookup is atomic
-            load = self._shared_loads.get(agent_id)
+        if key not in self._agents:  # without the lock: a dict lookup is atomic
+            load = self._shared_loads.get(key)
             if load is None:
-                load = asyncio.ensure_future(self._readers.run(lambda _: self.agent(agent_id)))
-                self._shared_loads[agent_id] = load
-                load.add_done_callback(lambda _: self._shared_loads.pop(agent_id, None))
+                load = asyncio.ensure_future(self._readers.run(lambda _: self.agent(key)))
+                self._shared_loads[key] = load
+                load.add_done_callback(lambda _: self._shared_loads.pop(key, None))
             await asyncio.shield(load)
-        return await self._readers.run(lambda conn: fn(conn, self.snapshot(agent_id)))
+        return await self._readers.run(lambda conn: fn(conn, self.snapshot(key)))
 
-    def snapshot(self, agent_id: str) -> Snapshot:
+    def snapshot(self, key: AgentKey) -> Snapshot:
         """The agent's snapshot, loading it if needed (blocks: call it from a reader thread)."""
-        found = self.agent(agent_id)
+        found = self.agent(key)
         with self._lock:
             return Snapshot(found.columns(), found, self._lock)
 
-    def agent(self, agent_id: str) -> AgentIndex:
+    def agent(self, key: AgentKey) -> AgentIndex:
         """The agent's index, loaded from SQLite if absent or too fragmented; one load per agent
         at a time, which other callers needing that agent wait for (so call it from a thread
         that may block)."""
         with self._lock:
-            found = self._agents.get(agent_id)
+            found = self._agents.get(key)
             if found is not None and found.dead <= max(1024, len(found.row_of)):
-                self._agents.move_to_end(agent_id)
+                self._agents.move_to_end(key)
                 return found
-            pending = self._loading.get(agent_id)
+            pending = self._loading.get(key)
             mine = pending is None
             if pending is None:
-                pending = self._loading[agent_id] = _Load(self._generation)
+                pending = self._loading[key] = _Load(self._generation)
         if not mine:
             pending.done.wait()
             if pending.result is not None and pending.generation == self._generation:
                 return pending.result
-            return self.agent(agent_id)  # it failed, or another process wrote meanwhile
+            return self.agent(key)  # it failed, or another process wrote meanwhile
         try:
-            pending.result = self._load(agent_id, pending)
+            pending.result = self._load(key, pending)
             return pending.result
         finally:
             with self._lock:
-                del self._loading[agent_id]
+                del self._loading[key]
             pending.done.set()
 
-    def _load(self, agent_id: str, pending: _Load) -> AgentIndex:
+    def _load(self, key: AgentKey, pending: _Load) -> AgentIndex:
         loaded = AgentIndex(anchor_ms=self._clock())
         conn = self._open_reader()
         try:
             # One statement, one read snapshot, begun after `pending` was registered.
-            loaded.load(conn.execute(ROW_SQL + " WHERE agent_id = ? ORDER BY rowid", (agent_id,)))
+            loaded.load(
+                conn.execute(ROW_SQL + " WHERE tenant = ? AND agent_id = ? ORDER BY rowid", key)
+            )
             with self._lock:
                 # Once per memory: the replay reads its row as it is now, whatever the changes.
                 for memory_id, op in dict(pending.changes).items():
-                    _apply_one(conn, loaded, memory_id, op)
+                    _apply_one(conn, key, loaded, memory_id, op)
                 if pending.generation == self._generation:
-                    self._agents[agent_id] = loaded
-                    self._shrink(keep=agent_id)
+                    self._agents[key] = loaded
+                    self._shrink(keep=key)
             return loaded
         finally:
             conn.close()
 
-    def _shrink(self, keep: str) -> None:
+    def _shrink(self, keep: AgentKey) -> None:
         total = sum(index.nbytes() for index in self._agents.values())
         while total > self._max_bytes and len(self._agents) > 1:
             oldest = next(iter(self._agents))
@@ -198,8 +207,12 @@ class MemoryIndex:
             self._agents.clear()
             self._generation += 1
 
-    def loaded_agents(self) -> int:
-        return len(self._agents)
+    def loaded_agents(self, tenant: str | None = None) -> int:
+        """Agents loaded now: of every tenant, or (for a tenant's memory::stats) of one. Without
+        the lock, as the event loop calls it: copying the keys is one atomic step."""
+        if tenant is None:
+            return len(self._agents)
+        return sum(1 for loaded, _ in list(self._agents) if loaded == tenant)
 
     def attach(self, conn: apsw.Connection) -> None:
         """Log the changes of the writer's connection for `after_commit`, and note which
@@ -220,25 +233,30 @@ class MemoryIndex:
             log.error("index.catch_up_failed", error=type(error).__name__)
             self.forget_all()
 
-    def apply(self, conn: apsw.Connection, changes: Iterable[tuple[str, str, str]]) -> None:
-        """Apply (agent, memory id, op) changes committed on conn to the loaded agents, and keep
-        them for the agents being loaded."""
+    def apply(self, conn: apsw.Connection, changes: Iterable[tuple[AgentKey, str, str]]) -> None:
+        """Apply ((tenant, agent), memory id, op) changes committed on conn to the loaded agents,
+        and keep them for the agents being loaded."""
         with self._lock:
-            for agent_id, memory_id, op in changes:
-                pending = self._loading.get(agent_id)
+            for key, memory_id, op in changes:
+                pending = self._loading.get(key)
                 if pending is not None:
                     pending.changes.append((memory_id, op))
-                index = self._agents.get(agent_id)
+                index = self._agents.get(key)
                 if index is not None:
-                    _apply_one(conn, index, memory_id, op)
+                    _apply_one(conn, key, index, memory_id, op)
 
 
-def _apply_one(conn: apsw.Connection, index: AgentIndex, memory_id: str, op: str) -> None:
-    """Bring one memory of the index to its row as conn now reads it (absent: removed)."""
+def _apply_one(
+    conn: apsw.Connection, key: AgentKey, index: AgentIndex, memory_id: str, op: str
+) -> None:
+    """Bring one memory of the agent's index to its row as conn now reads it (absent, or no
+    longer this tenant's agent's: removed), so that an index never holds another's memory."""
     if op == "delete":
         index.remove(memory_id)
         return
-    row = conn.execute(ROW_SQL + " WHERE id = ?", (memory_id,)).fetchone()
+    row = conn.execute(
+        ROW_SQL + " WHERE id = ? AND tenant = ? AND agent_id = ?", (memory_id, *key)
+    ).fetchone()
     if row is None:
         index.remove(memory_id)
     else:
@@ -249,9 +267,9 @@ def install_change_log(conn: apsw.Connection) -> None:
     conn.execute(CHANGE_LOG)
 
 
-def take_changes(conn: apsw.Connection) -> list[tuple[str, str, str]]:
+def take_changes(conn: apsw.Connection) -> list[tuple[AgentKey, str, str]]:
     """The changes logged since the last call, in order; clears the log."""
-    changes = [(r[0], r[1], r[2]) for r in conn.execute("SELECT * FROM index_changes")]
+    changes = [((r[0], r[1]), r[2], r[3]) for r in conn.execute("SELECT * FROM index_changes")]
     if changes:
         conn.execute("DELETE FROM index_changes")
     return changes

@@ -22,7 +22,7 @@ import apsw
 from worker.config import Config
 from worker.db import DatabaseTooNew, migrate, migrations, open_db
 from worker.services import wall_clock_ms
-from worker.transfer.exporting import TransferError, export_jsonl
+from worker.transfer.exporting import TransferError, check_tenant, export_jsonl
 from worker.transfer.importing import ImportResult, import_jsonl
 
 __all__ = [
@@ -54,26 +54,35 @@ def open_existing(path: str) -> apsw.Connection:
     return conn
 
 
+def _scope(agent: str | None, tenant: str | None) -> str:
+    agents = f"agent {agent}" if agent is not None else "all agents"
+    return agents + (f" of tenant {tenant!r}" if tenant is not None else "")
+
+
 def export_command(config: Config, args: argparse.Namespace) -> int:
-    """`memory-worker export [--db PATH] [--agent ID] [--output FILE]`: only JSONL on stdout."""
+    """`memory-worker export [--db PATH] [--tenant NAME] [--agent ID] [--output FILE]`: only
+    JSONL on stdout."""
     try:
+        if args.tenant is not None:
+            check_tenant(args.tenant, "--tenant")
         conn = open_existing(config.db_path)
     except (TransferError, apsw.Error) as error:
         print(f"memory-worker export: {error}", file=sys.stderr)
         return 1
+    options = {"agent_id": args.agent, "tenant": args.tenant, "now": wall_clock_ms()}
     try:
         if args.output is None or args.output == "-":
-            count = export_jsonl(conn, sys.stdout.buffer, agent_id=args.agent, now=wall_clock_ms())
+            count = export_jsonl(conn, sys.stdout.buffer, **options)
             sys.stdout.buffer.flush()
         else:
             with open(args.output, "wb") as out:
-                count = export_jsonl(conn, out, agent_id=args.agent, now=wall_clock_ms())
+                count = export_jsonl(conn, out, **options)
     except (TransferError, apsw.Error, OSError) as error:
         print(f"memory-worker export: {error}", file=sys.stderr)
         return 1
     finally:
         conn.close()
-    scope = f"agent {args.agent}" if args.agent is not None else "all agents"
+    scope = _scope(args.agent, args.tenant)
     print(f"exported {count} records ({scope}) from {config.db_path}", file=sys.stderr)
     return 0
 
@@ -157,7 +166,14 @@ def _remove(created: list[Path]) -> None:
 
 
 def import_command(config: Config, args: argparse.Namespace) -> int:
-    """`memory-worker import FILE|- [--db PATH]`: a summary line on stderr; exit 1 if refused."""
+    """`memory-worker import FILE|- [--db PATH] [--tenant NAME]`: a summary line on stderr; exit 1
+    if refused. A bad --tenant is refused before the file or the database is opened."""
+    try:
+        if args.tenant is not None:
+            check_tenant(args.tenant, "--tenant")
+    except TransferError as error:
+        print(f"memory-worker import: {error}", file=sys.stderr)
+        return 1
     try:
         stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
     except OSError as error:
@@ -169,7 +185,7 @@ def import_command(config: Config, args: argparse.Namespace) -> int:
         conn = open_db(config.db_path, synchronous=config.synchronous)
         try:
             migrate(conn)
-            result = import_jsonl(conn, stream, progress=bar)
+            result = import_jsonl(conn, stream, progress=bar, tenant=args.tenant)
         finally:
             conn.close()
     except (TransferError, DatabaseTooNew, apsw.Error, OSError) as error:

@@ -4,6 +4,10 @@ A file is a header, then per agent its memories, sessions, entities and relation
 `end` record carrying the count of records between the two, so that a file cut short by a full
 disk or a killed pipe is refused on import instead of half-applied. Every column travels
 (scores, counters, embeddings), so an imported agent recalls exactly as it did at export time.
+
+An agent is a (tenant, agentId) pair: every agent-level record names its tenant, and the default
+tenant '' is left out, so that a file written before tenants existed is a default-tenant export
+and a default-tenant export is byte for byte what this format always was.
 Import lives in worker/transfer/importing.py, the two commands in worker/transfer/commands.py.
 """
 
@@ -16,7 +20,7 @@ from typing import Annotated, Any, BinaryIO, Literal, TextIO
 import apsw
 import msgspec
 
-from schema.base import Millis, Role, StoredId, Unit
+from schema.base import DEFAULT_TENANT, Millis, Role, StoredId, Tenant, Unit
 
 FORMAT: Literal["memory-worker-export"] = "memory-worker-export"
 VERSION = 1
@@ -36,6 +40,7 @@ class Record(
     forbid_unknown_fields=True,
     rename="camel",
     tag_field="kind",
+    omit_defaults=True,
 ):
     pass
 
@@ -46,6 +51,8 @@ class Header(Record, frozen=True, tag="header"):
     schema_version: int
     exported_at: Millis
     agent: StoredId | None
+    # The tenant the export was limited to; absent (None) when it holds every tenant.
+    tenant: Tenant | None = None
 
 
 class MemoryRecord(Record, frozen=True, tag="memory"):
@@ -64,6 +71,7 @@ class MemoryRecord(Record, frozen=True, tag="memory"):
     embedding: bytes | None  # base64 of the little-endian float32 bytes, as stored
     embedding_model: str | None
     created_at: Millis
+    tenant: Tenant = DEFAULT_TENANT  # left out for the default tenant, as in files before tenants
 
 
 class MessageRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -80,6 +88,7 @@ class SessionRecord(Record, frozen=True, tag="session"):
     compacted_at: Millis | None
     repaired_at: Millis | None
     messages: list[MessageRef]
+    tenant: Tenant = DEFAULT_TENANT
 
 
 class EntityRecord(Record, frozen=True, tag="entity"):
@@ -87,6 +96,7 @@ class EntityRecord(Record, frozen=True, tag="entity"):
     id: StoredId
     type: str | None
     properties: dict[str, Any]
+    tenant: Tenant = DEFAULT_TENANT
 
 
 class RelationRecord(Record, frozen=True, tag="relation"):
@@ -94,6 +104,7 @@ class RelationRecord(Record, frozen=True, tag="relation"):
     source: StoredId
     type: StoredId
     target: StoredId
+    tenant: Tenant = DEFAULT_TENANT
 
 
 class End(Record, frozen=True, tag="end"):
@@ -105,12 +116,30 @@ AnyRecord = Header | MemoryRecord | SessionRecord | EntityRecord | RelationRecor
 MEMORY_SQL = (
     "SELECT id, agent_id, role, content, hash, session_id, importance, confidence, access_count, "
     "last_accessed, timestamp, metadata, embedding, embedding_model, created_at FROM memories "
-    "WHERE agent_id = ? ORDER BY timestamp, rowid"
+    "WHERE tenant = ? AND agent_id = ? ORDER BY timestamp, rowid"
 )
-AGENTS_SQL = (
-    "SELECT agent_id FROM memories UNION SELECT agent_id FROM sessions "
-    "UNION SELECT agent_id FROM kg_entities UNION SELECT agent_id FROM kg_relations ORDER BY 1"
-)
+AGENT_TABLES = ("memories", "sessions", "kg_entities", "kg_relations")
+
+
+def agents_sql(tenant: str | None, agent_id: str | None) -> tuple[str, tuple[str | None, ...]]:
+    """The (tenant, agent) pairs to export, in file order, limited as the command was asked."""
+    given = {
+        column: value
+        for column, value in (("tenant", tenant), ("agent_id", agent_id))
+        if value is not None
+    }
+    condition = " WHERE " + " AND ".join(f"{column} = ?" for column in given) if given else ""
+    selects = [f"SELECT tenant, agent_id FROM {table}{condition}" for table in AGENT_TABLES]
+    return " UNION ".join(selects) + " ORDER BY 1, 2", tuple(given.values()) * len(AGENT_TABLES)
+
+
+def check_tenant(name: str, where: str) -> str:
+    """A tenant named on the command line or in a file must be one a caller could have: the
+    NATS account rule of schema/base.py. `where` names the flag or field in the error."""
+    try:
+        return msgspec.convert(name, Tenant)
+    except msgspec.ValidationError as error:
+        raise TransferError(f"{where}: {name!r} is not a tenant name: {error}") from None
 
 
 def _json_object(text: str | None, what: str) -> dict[str, Any] | None:
@@ -123,9 +152,11 @@ def _json_object(text: str | None, what: str) -> dict[str, Any] | None:
         raise TransferError(f"{what} is not a JSON object in the database: {error}") from None
 
 
-def _agent_records(conn: apsw.Connection, agent_id: str) -> Iterator[Record]:
-    for row in conn.execute(MEMORY_SQL, (agent_id,)):
+def _agent_records(conn: apsw.Connection, tenant: str, agent_id: str) -> Iterator[Record]:
+    key = (tenant, agent_id)
+    for row in conn.execute(MEMORY_SQL, key):
         yield MemoryRecord(
+            tenant=tenant,
             id=row[0],
             agent_id=row[1],
             role=row[2],
@@ -144,19 +175,20 @@ def _agent_records(conn: apsw.Connection, agent_id: str) -> Iterator[Record]:
         )
     sessions = conn.execute(
         "SELECT id, created_at, updated_at, compacted_at, repaired_at FROM sessions "
-        "WHERE agent_id = ? ORDER BY id",
-        (agent_id,),
+        "WHERE tenant = ? AND agent_id = ? ORDER BY id",
+        key,
     )
     for session_id, created_at, updated_at, compacted_at, repaired_at in sessions:
         messages = [
             MessageRef(id=memory_id, role=role, timestamp=timestamp)
             for memory_id, role, timestamp in conn.execute(
                 "SELECT memory_id, role, timestamp FROM session_messages "
-                "WHERE agent_id = ? AND session_id = ? ORDER BY position",
-                (agent_id, session_id),
+                "WHERE tenant = ? AND agent_id = ? AND session_id = ? ORDER BY position",
+                (*key, session_id),
             )
         ]
         yield SessionRecord(
+            tenant=tenant,
             agent_id=agent_id,
             id=session_id,
             created_at=created_at,
@@ -166,21 +198,27 @@ def _agent_records(conn: apsw.Connection, agent_id: str) -> Iterator[Record]:
             messages=messages,
         )
     entities = conn.execute(
-        "SELECT id, type, properties FROM kg_entities WHERE agent_id = ? ORDER BY id", (agent_id,)
+        "SELECT id, type, properties FROM kg_entities WHERE tenant = ? AND agent_id = ? "
+        "ORDER BY id",
+        key,
     )
     for entity_id, entity_type, properties in entities:
         yield EntityRecord(
+            tenant=tenant,
             agent_id=agent_id,
             id=entity_id,
             type=entity_type,
             properties=_json_object(properties, f"properties of entity {entity_id}") or {},
         )
     relations = conn.execute(
-        "SELECT source, type, target FROM kg_relations WHERE agent_id = ? ORDER BY seq",
-        (agent_id,),
+        "SELECT source, type, target FROM kg_relations WHERE tenant = ? AND agent_id = ? "
+        "ORDER BY seq",
+        key,
     )
     for source, relation_type, target in relations:
-        yield RelationRecord(agent_id=agent_id, source=source, type=relation_type, target=target)
+        yield RelationRecord(
+            tenant=tenant, agent_id=agent_id, source=source, type=relation_type, target=target
+        )
 
 
 def _sink(out: BinaryIO | TextIO) -> Callable[[bytes], object]:
@@ -192,10 +230,15 @@ def _sink(out: BinaryIO | TextIO) -> Callable[[bytes], object]:
 
 
 def export_jsonl(
-    conn: apsw.Connection, out: BinaryIO | TextIO, *, agent_id: str | None, now: int
+    conn: apsw.Connection,
+    out: BinaryIO | TextIO,
+    *,
+    agent_id: str | None,
+    now: int,
+    tenant: str | None = None,
 ) -> int:
-    """Write one agent (or every agent) to `out`; returns the count of records between header
-    and end.
+    """Write one agent id (or every agent) of one tenant (or every tenant) to `out`; returns the
+    count of records between header and end.
 
     All reads happen in one transaction, so the file is a single snapshot even while a worker
     keeps writing (WAL readers never block the writer), and rows stream out in 64 KiB writes
@@ -212,6 +255,8 @@ def export_jsonl(
             write(bytes(buffer))
             buffer.clear()
 
+    if tenant is not None:
+        check_tenant(tenant, "--tenant")
     count = 0
     with conn:
         schema_version = int(conn.pragma("user_version"))
@@ -222,11 +267,12 @@ def export_jsonl(
                 schema_version=schema_version,
                 exported_at=now,
                 agent=agent_id,
+                tenant=tenant,
             )
         )
-        agents = [agent_id] if agent_id is not None else [r[0] for r in conn.execute(AGENTS_SQL)]
-        for agent in agents:
-            for record in _agent_records(conn, agent):
+        sql, params = agents_sql(tenant, agent_id)
+        for agent_tenant, agent in conn.execute(sql, params).fetchall():
+            for record in _agent_records(conn, str(agent_tenant), str(agent)):
                 emit(record)
                 count += 1
     emit(End(records=count))

@@ -6,10 +6,15 @@ keeps writing meanwhile; only the final apply holds the write lock, and a bad li
 leaves the database untouched. The worker notices the commit (SQLite's data_version) and reloads
 its recall index.
 
+An agent is a (tenant, agentId) pair: every key below starts with the tenant, so one agentId in
+two tenants is two agents here as everywhere.
+
 What a second import of the same file does, kind by kind:
 - memories are keyed by id and never overwritten: a known id, or content the agent already
   holds under another id, is skipped (the target's scores and counters win). Session refs to a
   memory skipped for its content point to the id the agent already has, as memory::store would.
+  Memory ids are unique in the whole database, so a memory whose id another agent holds (a copy
+  of an agent into another tenant of the same database) gets a new id, and its refs follow.
 - sessions are replaced: an imported session's row and message list become exactly the file's
   (positions renumbered 1..n, only their order means anything); other sessions are untouched.
   Merging two lists has no order that is right for both, so replacing is the predictable rule.
@@ -19,27 +24,47 @@ Counts report what changed, so importing the same file twice reports 0 changes t
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import apsw
 
-from handlers.session_refs import read_messages, write_messages
+from worker.transfer.exporting import check_tenant
 from worker.transfer.staging import MEMORY_COLUMNS, STAGE_SQL, STAGE_TABLES, stage
 
+# Staged memories whose id another agent holds, and whose content the importing agent does not
+# have yet (then the row is skipped and its refs go to the id the agent has: REMAP_SQL).
+TAKEN_SQL = """
+SELECT t.seq FROM temp.transfer_memories AS t
+JOIN main.memories AS held ON held.id = t.id
+    AND (held.tenant <> t.tenant OR held.agent_id <> t.agent_id)
+WHERE NOT EXISTS (SELECT 1 FROM main.memories AS kept
+    WHERE kept.tenant = t.tenant AND kept.agent_id = t.agent_id AND kept.hash = t.hash)
+"""
+RENAME_SQL = """
+UPDATE temp.transfer_messages SET memory_id = t.fresh_id
+FROM temp.transfer_memories AS t
+WHERE t.fresh_id IS NOT NULL AND t.id = transfer_messages.memory_id
+    AND t.tenant = transfer_messages.tenant AND t.agent_id = transfer_messages.agent_id;
+UPDATE temp.transfer_memories SET id = fresh_id WHERE fresh_id IS NOT NULL;
+"""
 REMAP_SQL = """
 UPDATE temp.transfer_messages SET memory_id = kept.id
 FROM temp.transfer_memories AS t
-JOIN main.memories AS kept ON kept.agent_id = t.agent_id AND kept.hash = t.hash
-WHERE t.id = transfer_messages.memory_id AND t.agent_id = transfer_messages.agent_id
-    AND kept.id <> t.id
+JOIN main.memories AS kept
+    ON kept.tenant = t.tenant AND kept.agent_id = t.agent_id AND kept.hash = t.hash
+WHERE t.id = transfer_messages.memory_id AND t.tenant = transfer_messages.tenant
+    AND t.agent_id = transfer_messages.agent_id AND kept.id <> t.id
 """
 ENTITY_UPSERT_SQL = """
-INSERT INTO main.kg_entities (agent_id, id, type, properties)
-SELECT agent_id, id, type, properties FROM temp.transfer_entities WHERE true ORDER BY seq
-ON CONFLICT (agent_id, id) DO UPDATE SET type = excluded.type, properties = excluded.properties
+INSERT INTO main.kg_entities (tenant, agent_id, id, type, properties)
+SELECT tenant, agent_id, id, type, properties FROM temp.transfer_entities WHERE true ORDER BY seq
+ON CONFLICT (tenant, agent_id, id) DO UPDATE SET type = excluded.type,
+    properties = excluded.properties
 WHERE type IS NOT excluded.type OR properties IS NOT excluded.properties
 """
+Ref = tuple[str | None, str, int]
 
 
 @dataclass(frozen=True)
@@ -68,14 +93,48 @@ def _staged(conn: apsw.Connection, table: str) -> int:
     return int(conn.execute(f"SELECT count(*) FROM temp.transfer_{table}").get)
 
 
+def _messages(conn: apsw.Connection, key: tuple[str, str, str]) -> list[Ref]:
+    return [
+        (row[0], row[1], row[2])
+        for row in conn.execute(
+            "SELECT memory_id, role, timestamp FROM main.session_messages "
+            "WHERE tenant = ? AND agent_id = ? AND session_id = ? ORDER BY position",
+            key,
+        )
+    ]
+
+
+def _replace_messages(conn: apsw.Connection, key: tuple[str, str, str], refs: list[Ref]) -> None:
+    """The session's list becomes `refs`, positions 1..n (as handlers/session_refs does, here
+    with the tenant in the key)."""
+    conn.execute(
+        "DELETE FROM main.session_messages WHERE tenant = ? AND agent_id = ? AND session_id = ?",
+        key,
+    )
+    conn.executemany(
+        "INSERT INTO main.session_messages (tenant, agent_id, session_id, position, memory_id, "
+        "role, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [(*key, position, *ref) for position, ref in enumerate(refs, start=1)],
+    )
+
+
+def _rename_taken(conn: apsw.Connection) -> None:
+    """Give a new id to each staged memory whose id another agent holds, refs included."""
+    taken = [(str(uuid.uuid4()), seq) for (seq,) in conn.execute(TAKEN_SQL).fetchall()]
+    if taken:
+        conn.executemany("UPDATE temp.transfer_memories SET fresh_id = ? WHERE seq = ?", taken)
+        conn.execute(RENAME_SQL)
+
+
 def _apply_sessions(conn: apsw.Connection) -> int:
     """Replace each imported session whose row or list differs; returns how many were written."""
     written = 0
     staged = conn.execute(
-        "SELECT seq, agent_id, id, created_at, updated_at, compacted_at, repaired_at "
+        "SELECT seq, tenant, agent_id, id, created_at, updated_at, compacted_at, repaired_at "
         "FROM temp.transfer_sessions ORDER BY seq"
-    )
-    for seq, agent_id, session_id, *times in staged:
+    ).fetchall()
+    for seq, tenant, agent_id, session_id, *times in staged:
+        key = (str(tenant), str(agent_id), str(session_id))
         refs = [
             (row[0], row[1], row[2])
             for row in conn.execute(
@@ -86,25 +145,27 @@ def _apply_sessions(conn: apsw.Connection) -> int:
         ]
         current = conn.execute(
             "SELECT created_at, updated_at, compacted_at, repaired_at FROM main.sessions "
-            "WHERE agent_id = ? AND id = ?",
-            (agent_id, session_id),
+            "WHERE tenant = ? AND agent_id = ? AND id = ?",
+            key,
         ).fetchone()
-        if current == tuple(times) and read_messages(conn, agent_id, session_id) == refs:
+        if current == tuple(times) and _messages(conn, key) == refs:
             continue
         conn.execute(
-            "INSERT INTO main.sessions (agent_id, id, created_at, updated_at, compacted_at, "
-            "repaired_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (agent_id, id) DO UPDATE SET "
+            "INSERT INTO main.sessions (tenant, agent_id, id, created_at, updated_at, "
+            "compacted_at, repaired_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (tenant, agent_id, id) DO UPDATE SET "
             "created_at = excluded.created_at, updated_at = excluded.updated_at, "
             "compacted_at = excluded.compacted_at, repaired_at = excluded.repaired_at",
-            (agent_id, session_id, *times),
+            (*key, *times),
         )
-        write_messages(conn, agent_id, session_id, refs)
+        _replace_messages(conn, key, refs)
         written += 1
     return written
 
 
 def _apply(conn: apsw.Connection, records: int) -> ImportResult:
     counts = {table: _staged(conn, table) for table in STAGE_TABLES}
+    _rename_taken(conn)
     conn.execute(
         f"INSERT OR IGNORE INTO main.memories ({MEMORY_COLUMNS}) "
         f"SELECT {MEMORY_COLUMNS} FROM temp.transfer_memories ORDER BY seq"
@@ -115,8 +176,8 @@ def _apply(conn: apsw.Connection, records: int) -> ImportResult:
     conn.execute(ENTITY_UPSERT_SQL)
     entities = conn.changes()
     conn.execute(
-        "INSERT OR IGNORE INTO main.kg_relations (agent_id, source, type, target) "
-        "SELECT agent_id, source, type, target FROM temp.transfer_relations ORDER BY seq"
+        "INSERT OR IGNORE INTO main.kg_relations (tenant, agent_id, source, type, target) "
+        "SELECT tenant, agent_id, source, type, target FROM temp.transfer_relations ORDER BY seq"
     )
     relations = conn.changes()
     return ImportResult(
@@ -137,18 +198,22 @@ def import_jsonl(
     lines: Iterable[bytes],
     *,
     progress: Callable[[int], None] | None = None,
+    tenant: str | None = None,
 ) -> ImportResult:
     """Import an export file into a migrated database, all of it or nothing.
 
     `conn` must not be inside a transaction: this function owns its two (staging, apply).
-    `progress` receives the bytes read so far after each line.
+    `progress` receives the bytes read so far after each line. `tenant` puts every record into
+    that tenant (how the default tenant moves into an account); None keeps each record's own.
     """
+    if tenant is not None:
+        check_tenant(tenant, "--tenant")
     drop = "".join(f"DROP TABLE IF EXISTS temp.transfer_{table};" for table in STAGE_TABLES)
     conn.execute(drop)
     conn.execute(STAGE_SQL)
     try:
         with conn:
-            records = stage(conn, lines, progress)
+            records = stage(conn, lines, progress, into=tenant)
         conn.execute("BEGIN IMMEDIATE")
         try:
             result = _apply(conn, records)

@@ -2,6 +2,8 @@
 
 Temp tables belong to this connection alone, so reading a long file takes no lock on the
 database; worker/transfer/importing.py applies what was staged in one short transaction.
+Every staged row carries the tenant it goes to (the record's, or the one `import --tenant`
+names): an agent is a (tenant, agentId) pair, so that is the prefix of every key here too.
 """
 
 from __future__ import annotations
@@ -24,20 +26,22 @@ from worker.transfer.exporting import (
 )
 
 MEMORY_COLUMNS = (
-    "id, agent_id, role, content, hash, session_id, importance, confidence, access_count, "
+    "id, tenant, agent_id, role, content, hash, session_id, importance, confidence, access_count, "
     "last_accessed, timestamp, metadata, embedding, embedding_model, created_at"
 )
 STAGE_TABLES = ("memories", "sessions", "messages", "entities", "relations")
 STAGE_SQL = f"""
-CREATE TEMP TABLE transfer_memories (seq INTEGER PRIMARY KEY, {MEMORY_COLUMNS},
-    UNIQUE (id), UNIQUE (agent_id, hash));
-CREATE TEMP TABLE transfer_sessions (seq INTEGER PRIMARY KEY, agent_id, id, created_at, updated_at,
-    compacted_at, repaired_at, UNIQUE (agent_id, id));
-CREATE TEMP TABLE transfer_messages (session_seq INTEGER, position INTEGER, agent_id, memory_id,
-    role, timestamp, PRIMARY KEY (session_seq, position));
-CREATE TEMP TABLE transfer_entities (seq INTEGER PRIMARY KEY, agent_id, id, type, properties,
-    UNIQUE (agent_id, id));
-CREATE TEMP TABLE transfer_relations (seq INTEGER PRIMARY KEY, agent_id, source, type, target);
+CREATE TEMP TABLE transfer_memories (seq INTEGER PRIMARY KEY, {MEMORY_COLUMNS}, fresh_id,
+    UNIQUE (id), UNIQUE (tenant, agent_id, hash));
+CREATE TEMP TABLE transfer_sessions (seq INTEGER PRIMARY KEY, tenant, agent_id, id, created_at,
+    updated_at, compacted_at, repaired_at, UNIQUE (tenant, agent_id, id));
+CREATE TEMP TABLE transfer_messages (session_seq INTEGER, position INTEGER, tenant, agent_id,
+    memory_id, role, timestamp, PRIMARY KEY (session_seq, position));
+CREATE INDEX temp.transfer_messages_by_memory ON transfer_messages (tenant, agent_id, memory_id);
+CREATE TEMP TABLE transfer_entities (seq INTEGER PRIMARY KEY, tenant, agent_id, id, type,
+    properties, UNIQUE (tenant, agent_id, id));
+CREATE TEMP TABLE transfer_relations (seq INTEGER PRIMARY KEY, tenant, agent_id, source, type,
+    target);
 """
 
 
@@ -45,7 +49,7 @@ def _at(line: int, message: str, field: str) -> TransferError:
     return TransferError(f"line {line}: {message} - at `$.{field}`")
 
 
-def _stage_memory(conn: apsw.Connection, r: MemoryRecord, line: int) -> None:
+def _stage_memory(conn: apsw.Connection, r: MemoryRecord, tenant: str, line: int) -> None:
     if content_hash(r.content) != r.hash:
         raise _at(line, "hash is not the SHA-256 of content", "hash")
     if (r.embedding is None) != (r.embedding_model is None):
@@ -56,10 +60,11 @@ def _stage_memory(conn: apsw.Connection, r: MemoryRecord, line: int) -> None:
     try:
         conn.execute(
             f"INSERT INTO temp.transfer_memories (seq, {MEMORY_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 line,
                 r.id,
+                tenant,
                 r.agent_id,
                 r.role,
                 r.content,
@@ -79,8 +84,8 @@ def _stage_memory(conn: apsw.Connection, r: MemoryRecord, line: int) -> None:
     except apsw.ConstraintError:
         first = conn.execute(
             "SELECT seq, id = ? FROM temp.transfer_memories WHERE id = ? OR "
-            "(agent_id = ? AND hash = ?)",
-            (r.id, r.id, r.agent_id, r.hash),
+            "(tenant = ? AND agent_id = ? AND hash = ?)",
+            (r.id, r.id, tenant, r.agent_id, r.hash),
         ).fetchone()
         assert first is not None
         what = "the same id" if first[1] else "the same agent and content"
@@ -88,42 +93,50 @@ def _stage_memory(conn: apsw.Connection, r: MemoryRecord, line: int) -> None:
 
 
 def _insert_once(
-    conn: apsw.Connection, table: str, what: str, line: int, agent_id: str, key: str, *rest: object
+    conn: apsw.Connection, table: str, what: str, line: int, agent: tuple[str, str], *rest: object
 ) -> None:
-    """Stage a record keyed by (agent, id); a second record with the same key is refused,
-    naming the line of the first."""
-    row = (line, agent_id, key, *rest)
+    """Stage a record keyed by (tenant, agent, id), the first of `rest`; a second record with
+    the same key is refused, naming the line of the first."""
+    row = (line, *agent, *rest)
     try:
         conn.execute(f"INSERT INTO temp.{table} VALUES ({', '.join('?' * len(row))})", row)
     except apsw.ConstraintError:
         first = conn.execute(
-            f"SELECT seq FROM temp.{table} WHERE agent_id = ? AND id = ?", (agent_id, key)
+            f"SELECT seq FROM temp.{table} WHERE tenant = ? AND agent_id = ? AND id = ?",
+            (*agent, rest[0]),
         ).fetchone()
         assert first is not None
         raise _at(line, f"the same {what} is on line {first[0]}", "id") from None
 
 
-def _stage_session(conn: apsw.Connection, r: SessionRecord, line: int) -> None:
+def _stage_session(conn: apsw.Connection, r: SessionRecord, tenant: str, line: int) -> None:
     times = (r.created_at, r.updated_at, r.compacted_at, r.repaired_at)
-    _insert_once(conn, "transfer_sessions", "session", line, r.agent_id, r.id, *times)
+    _insert_once(conn, "transfer_sessions", "session", line, (tenant, r.agent_id), r.id, *times)
     conn.executemany(
-        "INSERT INTO temp.transfer_messages VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO temp.transfer_messages VALUES (?, ?, ?, ?, ?, ?, ?)",
         [
-            (line, position, r.agent_id, ref.id, ref.role, ref.timestamp)
+            (line, position, tenant, r.agent_id, ref.id, ref.role, ref.timestamp)
             for position, ref in enumerate(r.messages, start=1)
         ],
     )
 
 
-def _stage_entity(conn: apsw.Connection, r: EntityRecord, line: int) -> None:
+def _stage_entity(conn: apsw.Connection, r: EntityRecord, tenant: str, line: int) -> None:
     properties = msgspec.json.encode(r.properties).decode()
-    _insert_once(conn, "transfer_entities", "entity", line, r.agent_id, r.id, r.type, properties)
+    agent = (tenant, r.agent_id)
+    _insert_once(conn, "transfer_entities", "entity", line, agent, r.id, r.type, properties)
 
 
 def stage(
-    conn: apsw.Connection, lines: Iterable[bytes], progress: Callable[[int], None] | None
+    conn: apsw.Connection,
+    lines: Iterable[bytes],
+    progress: Callable[[int], None] | None,
+    into: str | None = None,
 ) -> int:
-    """Decode and check every line into the temp tables; returns the count of data records."""
+    """Decode and check every line into the temp tables; returns the count of data records.
+
+    `into` is the tenant of every record (`import --tenant`); None keeps each record's own.
+    """
     decoder = msgspec.json.Decoder(AnyRecord)
     header: Header | None = None
     end: End | None = None
@@ -159,16 +172,21 @@ def stage(
             raise _at(
                 line, f"agent {record.agent_id!r} in an export of agent {header.agent!r}", "agentId"
             )
+        if header.tenant is not None and record.tenant != header.tenant:
+            raise _at(
+                line, f"tenant {record.tenant!r} in an export of tenant {header.tenant!r}", "tenant"
+            )
+        tenant = record.tenant if into is None else into
         if isinstance(record, MemoryRecord):
-            _stage_memory(conn, record, line)
+            _stage_memory(conn, record, tenant, line)
         elif isinstance(record, SessionRecord):
-            _stage_session(conn, record, line)
+            _stage_session(conn, record, tenant, line)
         elif isinstance(record, EntityRecord):
-            _stage_entity(conn, record, line)
+            _stage_entity(conn, record, tenant, line)
         else:
             conn.execute(
-                "INSERT INTO temp.transfer_relations VALUES (?, ?, ?, ?, ?)",
-                (line, record.agent_id, record.source, record.type, record.target),
+                "INSERT INTO temp.transfer_relations VALUES (?, ?, ?, ?, ?, ?)",
+                (line, tenant, record.agent_id, record.source, record.type, record.target),
             )
         count += 1
     if header is None:
