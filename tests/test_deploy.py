@@ -10,21 +10,18 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 import yaml
 from nats.errors import Error as NatsError
 
 from tests.conftest import worker_config
+from tests.shipped_nats import CONF, PASSWORDS, connect_as, password, shipped_nats
 from tests.support import Client
-from tests.test_cli import free_port
 from worker.app import App
 from worker.config import FIELDS, env_name
 from worker.embedded import server_binary
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
-CONF = DEPLOY / "nats" / "nats-server.conf"
-PASSWORDS = {"WORKER_PASSWORD": "worker-secret", "CLIENT_PASSWORD": "client-secret"}
 
 
 def deploy_files() -> list[Path]:
@@ -100,34 +97,10 @@ def test_nats_config_is_valid() -> None:
 
 
 async def test_only_the_worker_account_may_serve_memory_subjects(tmp_path: Path) -> None:
-    port = free_port()
-    conf = tmp_path / "nats.conf"
-    conf.write_text(
-        CONF.read_text(encoding="utf-8")
-        .replace("port: 4222", f"port: {port}")
-        .replace("http_port: 8222", "")
-        .replace('"/data"', f'"{tmp_path / "js"}"'),
-        encoding="utf-8",
-    )
-    server = subprocess.Popen(
-        [server_binary(), "-c", str(conf)],
-        env={**os.environ, **PASSWORDS},
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"nats://127.0.0.1:{port}"
-    try:
-        for _ in range(50):
-            try:
-                worker = await nats.connect(url, user="worker", password="worker-secret")
-                break
-            except Exception:
-                await asyncio.sleep(0.1)
-        errors: list[Exception] = []
-
-        async def note(error: Exception) -> None:
-            errors.append(error)
-
-        client = await nats.connect(url, user="client", password="client-secret", error_cb=note)
+    async with shipped_nats(tmp_path) as url:
+        worker = await connect_as(url, "worker")
+        errors: list[str] = []
+        client = await connect_as(url, "alice", errors)
 
         async def answer(msg: Any) -> None:
             await msg.respond(b"from the worker")
@@ -136,7 +109,7 @@ async def test_only_the_worker_account_may_serve_memory_subjects(tmp_path: Path)
         impostor = await client.subscribe("memory.store")
         await client.flush()
         await asyncio.sleep(0.3)
-        assert any("permissions violation" in str(e).lower() for e in errors), errors
+        assert any("permissions violation" in e for e in errors), errors
         reply = await client.request("memory.store", b"{}", timeout=2)
         assert reply.data == b"from the worker"
         with pytest.raises((NatsError, TimeoutError)):
@@ -145,7 +118,7 @@ async def test_only_the_worker_account_may_serve_memory_subjects(tmp_path: Path)
         # The real worker, ingest stream included, runs within the worker user's permissions.
         app = App(
             worker_config(
-                url, tmp_path / "memory.db", nats_user="worker", nats_password="worker-secret"
+                url, tmp_path / "memory.db", nats_user="worker", nats_password=password("worker")
             )
         )
         await app.start()
@@ -156,6 +129,3 @@ async def test_only_the_worker_account_may_serve_memory_subjects(tmp_path: Path)
         finally:
             await app.stop()
         await client.close()
-    finally:
-        server.terminate()
-        server.wait()

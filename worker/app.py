@@ -213,7 +213,9 @@ class App:
 
     async def _start_ingest(self) -> None:
         assert self.dispatcher is not None
-        ingest = Ingest(self.nc, self.dispatcher, self.config.subject_prefix)
+        ingest = Ingest(
+            self.nc, self.dispatcher, self.config.subject_prefix, tenancy=self.config.tenancy
+        )
         try:
             await ingest.start()
         except Exception as error:

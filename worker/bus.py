@@ -243,6 +243,8 @@ class MemoryService:
         self._nc = nc
         self._dispatcher = dispatcher
         self._prefix = prefix
+        # Only under tenancy do a request's headers matter: they name its caller.
+        self._tenanted = dispatcher.services.config.tenancy == "account"
         self._service: Service | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -287,7 +289,10 @@ class MemoryService:
 
     async def _serve(self, route: Route, request: MicroRequest) -> None:
         started = time.perf_counter_ns()
-        outcome = await self._dispatcher.handle(route.trigger, request.data)
+        # Under tenancy no headers at all (`{}`) is a request from the worker's own account,
+        # which no service import stamped; None keeps the dispatcher from looking.
+        headers = (request.headers or {}) if self._tenanted else None
+        outcome = await self._dispatcher.handle(route.trigger, request.data, headers=headers)
         error = outcome.error
         assert self._service is not None
         count_in_micro_stats(

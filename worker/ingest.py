@@ -5,6 +5,14 @@ store is committed, so what is published while no worker runs waits in the strea
 redelivery after a crash is harmless (content dedup). A message that can never succeed (a 4xx
 refusal) is terminated and republished with its error on `memory.deadletter.store`, kept in the
 MEMORY_DEADLETTER stream for inspection; a transient failure is retried after a delay.
+
+Under tenancy (MEMORY_WORKER_TENANCY=account) JetStream keeps no `Nats-Request-Info`, so the
+tenant travels in the subject instead: `memory.ingest.<tenant>.store`. A tenant cannot choose
+that token: the worker's account exports `memory.ingest.*.>` with the importer's account name
+as its third token, and each tenant imports its own (`to: memory.ingest.>` lets it publish on
+`memory.ingest.store` as before). The dead letter keeps the token:
+`memory.deadletter.<tenant>.store`. Only clients of the worker's own account can name any
+tenant here, and they are trusted already.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from nats.js.errors import NotFoundError
 
 from worker.dispatch import Dispatcher
 from worker.outgoing import ERROR_CODE, ERROR_TEXT
+from worker.tenancy import ADMIN, Caller
 
 log = structlog.get_logger()
 INGEST_STREAM = "MEMORY_INGEST"
@@ -38,8 +47,11 @@ async def _ensure_stream(js: Any, config: StreamConfig) -> None:
 
 
 class Ingest:
-    def __init__(self, nc: Any, dispatcher: Dispatcher, prefix: str = "") -> None:
+    def __init__(
+        self, nc: Any, dispatcher: Dispatcher, prefix: str = "", *, tenancy: str = "none"
+    ) -> None:
         self._nc = nc
+        self._tenanted = tenancy == "account"
         self._js = nc.jetstream()
         self._dispatcher = dispatcher
         self._prefix = prefix
@@ -88,13 +100,32 @@ class Ingest:
                 continue
             await asyncio.gather(*(self._process(message) for message in messages))
 
+    def _caller(self, rest: str) -> tuple[Caller, str] | str:
+        """The caller and the trigger's subject token after `memory.ingest.`, or why the
+        subject names none (a tenant token is required under tenancy)."""
+        if not self._tenanted:
+            return ADMIN, rest
+        tenant, _, kind = rest.partition(".")
+        if not kind:
+            return (
+                f"no tenant in the subject: under tenancy it is "
+                f"`memory.ingest.<tenant>.<trigger>`, not `memory.ingest.{rest}`"
+            )
+        return Caller(tenant=tenant), kind
+
     async def _process(self, message: Any) -> None:
-        kind = message.subject.removeprefix(f"{self._prefix}memory.ingest.")
+        found = self._caller(message.subject.removeprefix(f"{self._prefix}memory.ingest."))
+        if isinstance(found, str):
+            await self._dead(message, "400", found)
+            return
+        caller, kind = found
         trigger = ROUTES.get(kind)
         if trigger is None:
             await self._dead(message, "400", f"no ingestible trigger `{kind}` (only store)")
             return
-        outcome = await self._dispatcher.handle(trigger, message.data, source="ingest")
+        outcome = await self._dispatcher.handle(
+            trigger, message.data, source="ingest", caller=caller
+        )
         if outcome.error is None:
             await message.ack()
         elif outcome.error.status.startswith("4"):
