@@ -127,3 +127,27 @@ async def test_refused_input_through_ingestion_is_dead_lettered_and_not_stored(
         assert any("an id:" in error and "$.agentId" in error for error in errors), errors
         assert any("lone surrogate" in error and "$.content" in error for error in errors), errors
         assert memory_count(db) == 0
+
+
+async def test_every_ingestible_write_is_applied_and_audited_with_source_ingest(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """kg add and delete arrive through ingestion as well as store; each is audited as such."""
+    db = tmp_path / "memory.db"
+    async with ingesting(nats_url, db) as (js, _):
+        entity = {"agentId": "a", "entity": {"id": "alice", "relations": [
+            {"target": "bob", "type": "knows"}]}}  # fmt: skip
+
+        def audited() -> list[tuple[Any, ...]]:
+            conn = apsw.Connection(str(db))
+            try:
+                return [tuple(r) for r in conn.execute("SELECT trigger, source FROM audit")]
+            finally:
+                conn.close()
+
+        await js.publish("memory.ingest.kg.add", msgspec.json.encode(entity))
+        await wait_until(lambda: len(audited()) == 1)  # ingestion keeps no order: one at a time
+        await js.publish("memory.ingest.kg.delete", b'{"agentId": "a", "relations": '
+                         b'[{"source": "alice", "type": "knows", "target": "bob"}]}')  # fmt: skip
+        await wait_until(lambda: len(audited()) == 2)
+        assert audited() == [("memory::kg::add", "ingest"), ("memory::kg::delete", "ingest")]

@@ -1,10 +1,14 @@
 """Durable ingestion for fire-and-forget publishers: the MEMORY_INGEST JetStream stream.
 
-A message on `memory.ingest.store` is a memory::store request. It is acknowledged only after its
-store is committed, so what is published while no worker runs waits in the stream, and a
-redelivery after a crash is harmless (content dedup). A message that can never succeed (a 4xx
-refusal) is terminated and republished with its error on `memory.deadletter.store`, kept in the
-MEMORY_DEADLETTER stream for inspection; a transient failure is retried after a delay.
+A message on `memory.ingest.<verb>` is the request of a write trigger the registry marks
+ingestible: `memory.ingest.store` is memory::store, `memory.ingest.kg.add` memory::kg::add. It is
+acknowledged only after its write is committed, so what is published while no worker runs waits
+in the stream, and a redelivery after a crash is harmless (each ingestible write is idempotent:
+content dedup, upserts, deleting what is gone counts it missing). Messages of one batch run
+concurrently: ingestion keeps no order between them (a delete published right after the add it
+undoes may run first). A message that can never succeed (a 4xx refusal) is terminated and
+republished with its error on `memory.deadletter.<verb>`, kept in the MEMORY_DEADLETTER stream
+for inspection; a transient failure is retried after a delay.
 
 Under tenancy (MEMORY_WORKER_TENANCY=account) JetStream keeps no `Nats-Request-Info`, so the
 tenant travels in the subject instead: `memory.ingest.<tenant>.store`. A tenant cannot choose
@@ -27,6 +31,7 @@ from nats.js.errors import NotFoundError
 
 from worker.dispatch import Dispatcher
 from worker.outgoing import ERROR_CODE, ERROR_TEXT
+from worker.registry import INGESTED
 from worker.tenancy import ADMIN, Caller
 
 log = structlog.get_logger()
@@ -35,7 +40,6 @@ DEADLETTER_STREAM = "MEMORY_DEADLETTER"
 CONSUMER = "memory-worker"
 BATCH = 128
 DEADLETTER_DAYS = 14
-ROUTES = {"store": "memory::store"}
 
 
 async def _ensure_stream(js: Any, config: StreamConfig) -> None:
@@ -119,9 +123,10 @@ class Ingest:
             await self._dead(message, "400", found)
             return
         caller, kind = found
-        trigger = ROUTES.get(kind)
+        trigger = INGESTED.get(kind)
         if trigger is None:
-            await self._dead(message, "400", f"no ingestible trigger `{kind}` (only store)")
+            verbs = ", ".join(sorted(INGESTED))
+            await self._dead(message, "400", f"no ingestible trigger `{kind}` (only {verbs})")
             return
         outcome = await self._dispatcher.handle(
             trigger, message.data, source="ingest", caller=caller

@@ -56,6 +56,9 @@ class Route:
     # For a WRITER route: what a success changed, recorded in the audit in the same
     # transaction (worker/audit.py). FLOW routes record their writes themselves.
     audit: Callable[[Any, Any], Iterable[Change]] | None = None
+    # A write that fire-and-forget publishers may also send through durable ingestion, on
+    # `memory.ingest.<verb>` (worker/ingest.py).
+    ingest: bool = False
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -66,6 +69,12 @@ class Route:
     def endpoint(self) -> str:
         """The nats.micro endpoint name: `memory::kg::add` -> `add`."""
         return self.trigger.split("::")[-1]
+
+    @property
+    def ingest_verb(self) -> str:
+        """Its subject's part after `memory.`: `memory::kg::add` -> `kg.add`, ingested on
+        `memory.ingest.kg.add`."""
+        return ".".join((*self.groups[1:], self.endpoint))
 
     def subject(self, prefix: str = "") -> str:
         """Where the endpoint is served: the prefix's segments, the groups, then the name, as
@@ -79,7 +88,7 @@ def prefix_groups(prefix: str) -> tuple[str, ...]:
 
 
 ROUTES: tuple[Route, ...] = (
-    Route("memory::store", StoreRequest, flows.store, on=FLOW),
+    Route("memory::store", StoreRequest, flows.store, on=FLOW, ingest=True),
     Route("memory::recall", RecallRequest, flows.recall, on=FLOW),
     Route(
         "memory::evict",
@@ -99,7 +108,9 @@ ROUTES: tuple[Route, ...] = (
         report=maintenance.report,
         all_tenants=True,
     ),
-    Route("memory::kg::add", KgAddRequest, kg.kg_add, on=WRITER, audit=kg.kg_add_changes),
+    Route(
+        "memory::kg::add", KgAddRequest, kg.kg_add, on=WRITER, audit=kg.kg_add_changes, ingest=True
+    ),
     Route("memory::kg::query", KgQueryRequest, kg.kg_query, on=READER),
     Route(
         "memory::kg::delete",
@@ -107,6 +118,7 @@ ROUTES: tuple[Route, ...] = (
         kg_delete.kg_delete,
         on=WRITER,
         audit=kg_delete.kg_delete_changes,
+        ingest=True,
     ),
     Route("memory::session::list", SessionListRequest, session.session_list, on=READER),
     Route("memory::session::compact", CompactRequest, flows.session_compact, on=FLOW),
@@ -115,3 +127,4 @@ ROUTES: tuple[Route, ...] = (
     Route("memory::audit", AuditRequest, audit.audit_events, on=READER, all_tenants=True),
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}
+INGESTED = {route.ingest_verb: route.trigger for route in ROUTES if route.ingest}
