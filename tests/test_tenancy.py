@@ -160,3 +160,18 @@ async def test_the_stats_command_counts_one_tenant_when_asked(nats_url: str, ten
         assert done.returncode == 0, done.stderr
         counted[tenant] = json.loads(done.stdout)["memories"]
     assert counted == {"TEAM_A": 1, "TEAM_B": 0}
+
+
+async def test_no_request_acts_in_a_tenant_named_like_the_workers_own_account(
+    tenanted: App,
+) -> None:
+    named = {"agentId": "a", "content": "x", "tenant": "MEMORY"}
+    status, message = await ask(tenanted, "memory::store", named, None)
+    assert status == "400" and "own account" in message
+    assert tenanted.dispatcher is not None
+    outcome = await tenanted.dispatcher.handle(
+        "memory::store", b'{"agentId": "a", "content": "x"}', source="ingest",
+        caller=Caller("MEMORY"),
+    )  # fmt: skip
+    assert outcome.error is not None and outcome.error.status == "400"
+    assert (await ask(tenanted, "memory::stats", {}, None))["memories"] == 0
