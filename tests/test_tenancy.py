@@ -172,3 +172,18 @@ async def test_the_audit_names_the_requester_and_a_tenant_reads_only_its_own(
     assert [(e["agentId"], e["requester"]) for e in own] == [("planner-1", "TEAM_A/alice")]
     everything = (await ask(tenanted, "memory::audit", {}, None))["events"]
     assert [e["requester"] for e in everything] == ["TEAM_A/alice", "TEAM_B/carol"]
+
+
+async def test_no_request_acts_in_a_tenant_named_like_the_workers_own_account(
+    tenanted: App,
+) -> None:
+    named = {"agentId": "a", "content": "x", "tenant": "MEMORY"}
+    status, message = await ask(tenanted, "memory::store", named, None)
+    assert status == "400" and "own account" in message
+    assert tenanted.dispatcher is not None
+    outcome = await tenanted.dispatcher.handle(
+        "memory::store", b'{"agentId": "a", "content": "x"}', source="ingest",
+        caller=Caller("MEMORY"),
+    )  # fmt: skip
+    assert outcome.error is not None and outcome.error.status == "400"
+    assert (await ask(tenanted, "memory::stats", {}, None))["memories"] == 0

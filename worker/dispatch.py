@@ -93,7 +93,13 @@ class Dispatcher:
         """The request as its handler gets it: in the tenant it acts in (worker/tenancy.py)."""
         if self.services.config.tenancy == "none":
             return untenanted(request)
-        return scoped(request, caller, all_tenants=route.all_tenants, grants=self.services.grants)
+        return scoped(
+            request,
+            caller,
+            all_tenants=route.all_tenants,
+            grants=self.services.grants,
+            own_account=self.services.config.account,
+        )
 
     async def handle(
         self,

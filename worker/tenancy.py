@@ -93,10 +93,21 @@ def load_grants(config: Config) -> Grants:
 
 
 def scoped(
-    request: TriggerRequest, caller: Caller, *, all_tenants: bool, grants: Grants
+    request: TriggerRequest,
+    caller: Caller,
+    *,
+    all_tenants: bool,
+    grants: Grants,
+    own_account: str,
 ) -> TriggerRequest:
     """The request as the handler gets it under tenancy: acting in the caller's tenant, or in
-    the one an administrative caller named; refused when the caller may not ask it."""
+    the one an administrative caller named; refused when the caller may not ask it. The
+    worker's own account is never a tenant (its requests are administrative), so no request
+    acts in a tenant of that name, whether named or taken from an ingest subject."""
+    if own_account in (caller.tenant, request.tenant):
+        raise InvalidRequest(
+            f"tenant: {own_account!r} is the worker's own account, not a tenant - at `$.tenant`"
+        )
     if caller.tenant is None:
         if request.tenant is UNSET and not all_tenants:
             raise InvalidRequest(
