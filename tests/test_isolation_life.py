@@ -76,8 +76,10 @@ class Step:
                 body["order"] = "oldest" if self.variant % 3 else "newest"
             case "memory::update":
                 body["id"] = ids[0]
-                changes = [{"pinned": True}, {"importance": 0.9}, {"metadata": {"k": 1}},
-                           {"content": CONTENTS[self.variant % len(CONTENTS)]}]  # fmt: skip
+                changes: list[dict[str, Any]] = [
+                    {"pinned": True}, {"importance": 0.9}, {"metadata": {"k": 1}},
+                    {"content": CONTENTS[self.variant % len(CONTENTS)]},
+                ]  # fmt: skip
                 body |= changes[self.variant % len(changes)]
             case "memory::erase":
                 body["confirm"] = agent
@@ -133,7 +135,7 @@ async def test_no_trigger_of_a_memorys_life_reads_or_touches_another_agent(
     client: Client,
     worker: App,
     pair: tuple[str, str],
-    steps: list[Step],  # noqa: F811
+    steps: list[Step],
 ) -> None:
     db_path = worker.config.db_path
     nonce = next(EXAMPLES)
