@@ -12,21 +12,33 @@ entities, relations, audit) are exactly as they were.
 from __future__ import annotations
 
 import itertools
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import apsw
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import worker_config
 from tests.support import Client
-from tests.test_isolation import AGENT_PAIRS, worker  # noqa: F401  (the fixture)
+from tests.test_isolation import AGENT_PAIRS
 from worker.app import App
 
 TABLES = ("memories", "sessions", "session_messages", "kg_entities", "kg_relations", "audit")
 CONTENTS = ["the deploy key rotates", "cache error", "shared words", "Shared words", "x"]
 EXAMPLES = itertools.count()
 Rows = dict[str, list[tuple[Any, ...]]]
+
+
+@pytest.fixture
+async def worker(nats_url: str, tmp_path: Path) -> AsyncIterator[App]:
+    """The worker with its built-in embedder: update's new content gets a vector too."""
+    app = App(worker_config(nats_url, tmp_path / "memory.db", embedder="builtin"))
+    await app.start()
+    yield app
+    await app.stop()
 
 
 def rows_by_agent(db_path: str) -> dict[str, Rows]:
