@@ -38,6 +38,7 @@ class Change:
     agent: Agent
     ids: Sequence[str] = ()
     count: int | None = None  # when not len(ids): a count without ids (consolidate, erase)
+    trigger: str | None = None  # when not the call's: a store that restored is an unforget
 
 
 def record(conn: apsw.Connection, call: Call | None, changes: Iterable[Change], now: int) -> None:
@@ -54,7 +55,8 @@ def record(conn: apsw.Connection, call: Call | None, changes: Iterable[Change], 
         if change.ids and len(change.ids) <= MAX_IDS:
             ids = msgspec.json.encode(list(change.ids)).decode()
         tenant, agent_id = change.agent
-        rows.append((now, tenant, agent_id, call.trigger, ids, count, call.source, call.requester))
+        trigger = change.trigger or call.trigger
+        rows.append((now, tenant, agent_id, trigger, ids, count, call.source, call.requester))
     if rows:
         conn.executemany(
             "INSERT INTO audit (at, tenant, agent_id, trigger, ids, count, source, requester) "

@@ -30,7 +30,8 @@ class DecayPlan(msgspec.Struct, frozen=True):
     ranges: list[tuple[int, int]]
 
 
-RULE = "last_accessed < ? AND confidence > ?"
+# A pinned memory never decays.
+RULE = "last_accessed < ? AND confidence > ? AND pinned = 0"
 
 
 def plan_decay(

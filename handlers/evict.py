@@ -21,7 +21,7 @@ from handlers.session_refs import remove_memories
 from schema.base import Agent
 from schema.memory import ConsolidateRequest, EvictReply, EvictRequest
 
-Reason = Literal["stale", "low_confidence", "over_cap"]
+Reason = Literal["purged", "stale", "low_confidence", "over_cap"]
 
 
 class Doomed(msgspec.Struct, frozen=True, array_like=True):
@@ -46,7 +46,7 @@ class EvictionPlan(msgspec.Struct, frozen=True):
 
 
 def count_reasons(doomed: Sequence[Doomed]) -> dict[Reason, int]:
-    counts: dict[Reason, int] = {"stale": 0, "low_confidence": 0, "over_cap": 0}
+    counts: dict[Reason, int] = {"purged": 0, "stale": 0, "low_confidence": 0, "over_cap": 0}
     for memory in doomed:
         counts[memory.reason] += 1
     return counts
@@ -67,14 +67,25 @@ def scope_of(req: EvictRequest | ConsolidateRequest) -> tuple[str, tuple[str, ..
 
 
 def plan_eviction(conn: apsw.Connection, req: EvictRequest, *, now: int) -> EvictionPlan:
+    # A pinned memory is never evicted, by any rule, and does not count toward the cap.
     scope, params = scope_of(req)
+    scope += " AND pinned = 0"
+    doomed = [
+        Doomed("purged", *row)
+        for row in conn.execute(
+            f"SELECT {_COLUMNS} FROM memories WHERE forgotten_at < ?{scope}",
+            (now - req.forgotten_retention, *params),
+        )
+    ]
+    purged = {memory.memory_id for memory in doomed}
     stale_rule = "(? - timestamp) > ? AND importance < ?"
     stale_params = (now, req.max_age, req.min_importance)
-    doomed = [
+    doomed += [
         Doomed("stale", *row)
         for row in conn.execute(
             f"SELECT {_COLUMNS} FROM memories WHERE {stale_rule}{scope}", (*stale_params, *params)
         )
+        if row[2] not in purged
     ]
     doomed += [
         Doomed("low_confidence", *row)
@@ -82,6 +93,7 @@ def plan_eviction(conn: apsw.Connection, req: EvictRequest, *, now: int) -> Evic
             f"SELECT {_COLUMNS} FROM memories WHERE confidence < ? AND NOT ({stale_rule}){scope}",
             (req.min_confidence, *stale_params, *params),
         )
+        if row[2] not in purged
     ]
     leaving: dict[Agent, set[str]] = {}
     for memory in doomed:
@@ -96,7 +108,7 @@ def plan_eviction(conn: apsw.Connection, req: EvictRequest, *, now: int) -> Evic
         if excess <= 0:
             continue
         for row in conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE tenant = ? AND agent_id = ? "
+            f"SELECT {_COLUMNS} FROM memories WHERE tenant = ? AND agent_id = ? AND pinned = 0 "
             "ORDER BY importance, confidence, timestamp, id",
             agent,
         ):
@@ -149,6 +161,7 @@ def delete_doomed(conn: apsw.Connection, doomed: Sequence[Doomed]) -> list[Doome
 def evict_reply(counts: dict[Reason, int], *, dry_run: bool) -> EvictReply:
     return EvictReply(
         evicted=sum(counts.values()),
+        purged=counts["purged"],
         stale=counts["stale"],
         low_confidence=counts["low_confidence"],
         over_cap=counts["over_cap"],

@@ -230,7 +230,7 @@ def recalled_memories(
         for row in conn.execute(
             "SELECT id, role, content, timestamp, session_id, importance, confidence, "
             # `+tenant`, `+agent_id`: look rows up by primary key, not by scanning the agent.
-            "metadata FROM memories WHERE +tenant = ? AND +agent_id = ? "
+            "metadata FROM memories WHERE +tenant = ? AND +agent_id = ? AND forgotten_at IS NULL "
             f"AND id IN ({placeholders})",
             (tenant, agent_id, *(memory_id for memory_id, _ in ranked)),
         )

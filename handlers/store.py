@@ -79,12 +79,15 @@ def insert_memory(
     """
     digest = content_hash(content)
     row = conn.execute(
-        "SELECT id, role, timestamp FROM memories WHERE tenant = ? AND agent_id = ? AND hash = ?",
+        "SELECT id, role, timestamp, forgotten_at FROM memories "
+        "WHERE tenant = ? AND agent_id = ? AND hash = ?",
         (*agent, digest),
     ).fetchone()
     if row is not None:
         memory_id, ref_role, ref_timestamp = str(row[0]), str(row[1]), int(row[2])
         deduplicated = True
+        if row[3] is not None:  # storing forgotten content again restores it (section 12)
+            conn.execute("UPDATE memories SET forgotten_at = NULL WHERE id = ?", (memory_id,))
     else:
         memory_id, ref_role, ref_timestamp = str(uuid.uuid4()), role, timestamp
         deduplicated = False
@@ -112,6 +115,18 @@ def insert_memory(
     if session_id is not None and append_to_session:
         append_message(conn, agent, session_id, (memory_id, ref_role, ref_timestamp), now)
     return memory_id, deduplicated
+
+
+def forgotten_content(conn: apsw.Connection, req: StoreRequest) -> bool:
+    """Whether the store restores a forgotten memory of the agent (audited as an unforget)."""
+    return (
+        conn.execute(
+            "SELECT 1 FROM memories WHERE tenant = ? AND agent_id = ? AND hash = ? "
+            "AND forgotten_at IS NOT NULL",
+            (*agent_of(req), content_hash(req.content)),
+        ).fetchone()
+        is not None
+    )
 
 
 def store(

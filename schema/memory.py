@@ -61,10 +61,13 @@ class EvictRequest(TriggerRequest, frozen=True):
     cap: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 10_000
     agent_id: AgentId | UnsetType = UNSET
     dry_run: bool = False
+    # Forgotten memories (section 12) older than this are removed for good.
+    forgotten_retention: Millis = 7 * DAY_MS
 
 
 class EvictReply(Reply, frozen=True):
     evicted: int
+    purged: int
     stale: int
     low_confidence: int
     over_cap: int

@@ -17,8 +17,9 @@ async def test_evict_replies_counts_and_duration_and_the_memories_leave_recall(
     await client.store("a", "kept", importance=0.9)
     [_, _] = await client.recall("a")  # loads the agent into the in-memory index
     reply = await client.ok("memory::evict", {"agentId": "a"})
-    assert {k: reply[k] for k in ("evicted", "stale", "lowConfidence", "overCap", "dryRun")} == {
-        "evicted": 1, "stale": 1, "lowConfidence": 0, "overCap": 0, "dryRun": False,
+    keys = ("evicted", "purged", "stale", "lowConfidence", "overCap", "dryRun")
+    assert {k: reply[k] for k in keys} == {
+        "evicted": 1, "purged": 0, "stale": 1, "lowConfidence": 0, "overCap": 0, "dryRun": False,
     }  # fmt: skip
     assert isinstance(reply["durationMs"], float | int)
     assert [m["content"] for m in await client.recall("a")] == ["kept"]

@@ -117,12 +117,12 @@ async def test_stats_show_each_maintenance_jobs_last_run_with_source_and_counts(
         await app.stop()
     evict, consolidate = schedule["evict"], schedule["consolidate"]
     assert evict["cron"] == "0 3 * * *" and evict["lastRun"]["source"] == "schedule"
-    counts = {"evicted": 1, "stale": 1, "lowConfidence": 0, "overCap": 0}
+    counts = {"evicted": 1, "purged": 0, "stale": 1, "lowConfidence": 0, "overCap": 0}
     assert evict["lastRun"]["counts"] == counts
     assert evict["lastRun"]["dryRun"] is False and evict["lastRun"]["at"] > 0
     assert consolidate["cron"] == "" and consolidate["lastRun"]["source"] == "bus"
     assert consolidate["lastRun"]["counts"] == {"memoriesDecayed": 0, "memoriesMerged": 0}
-    assert "evicted=1 stale=1" in table.stdout and "memoriesDecayed=0" in table.stdout
+    assert "evicted=1 purged=0 stale=1" in table.stdout and "memoriesDecayed=0" in table.stdout
 
 
 def test_the_micro_stats_patch_is_for_the_installed_nats_py() -> None:

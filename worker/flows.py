@@ -9,6 +9,7 @@ worker/maintenance.py.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -19,7 +20,7 @@ from handlers import session
 from handlers.audit import Change
 from handlers.session_repair import repair
 from handlers.stats import COUNTED, database_counts
-from handlers.store import check_store
+from handlers.store import check_store, forgotten_content
 from handlers.store import store as store_handler
 from schema.base import agent_of, tenant_of
 from schema.memory import (
@@ -56,20 +57,32 @@ async def store(s: Services, req: StoreRequest) -> StoreReply:
     if not deferred:
         [vector] = await s.embedder.embed([req.content], query=False)
         embedding = None if vector is None else (s.embedder.name, vector)
-    reply = await s.writer.run(
-        audited(
-            lambda conn: store_handler(
-                conn, req, now=s.clock(), max_content_bytes=limit, embedding=embedding
-            ),
-            lambda reply: [Change(agent_of(req), [reply.id])] if reply.stored else [],
-            s.clock,
-        )
-    )
+
+    def job(conn: apsw.Connection) -> tuple[StoreReply, bool]:
+        restores = forgotten_content(conn, req)
+        return store_handler(
+            conn, req, now=s.clock(), max_content_bytes=limit, embedding=embedding
+        ), restores
+
+    reply, _ = await s.writer.run(audited(job, _store_changes(req), s.clock))
     if embedding is None and reply.stored and s.backfill is not None:
         s.backfill.add(
             tenant_of(req), req.agent_id
         )  # deferred, or the embedder failed: the backfill retries
     return reply
+
+
+def _store_changes(req: StoreRequest) -> Callable[[tuple[StoreReply, bool]], list[Change]]:
+    """A store that wrote is audited as a store; one that restored a forgotten memory by
+    storing its content again, as an unforget."""
+
+    def changes(done: tuple[StoreReply, bool]) -> list[Change]:
+        reply, restored = done
+        if restored:
+            return [Change(agent_of(req), [reply.id], trigger="memory::unforget")]
+        return [Change(agent_of(req), [reply.id])] if reply.stored else []
+
+    return changes
 
 
 def _recall(

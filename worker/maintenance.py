@@ -55,7 +55,7 @@ async def evict(s: Services, req: EvictRequest) -> EvictReply:
     plan = await s.readers.run(lambda conn: plan_eviction(conn, req, now=now))
     if req.dry_run:
         return evict_reply(plan.counts(), dry_run=True)
-    totals: dict[Reason, int] = {"stale": 0, "low_confidence": 0, "over_cap": 0}
+    totals: dict[Reason, int] = {"purged": 0, "stale": 0, "low_confidence": 0, "over_cap": 0}
     for part in chunks(plan.doomed):
         deleted = await s.writer.run(
             audited(partial(delete_doomed, doomed=part), evicted_changes, s.clock)

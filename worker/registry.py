@@ -21,15 +21,24 @@ from collections.abc import Callable, Iterable
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal
 
-from handlers import audit, kg, kg_delete, session
+from handlers import audit, kg, kg_delete, life, session
 from handlers.audit import Change
 from schema.base import TriggerRequest
 from schema.kg import KgAddRequest, KgQueryRequest
-from schema.life import AuditRequest, KgDeleteRequest
+from schema.life import (
+    AuditRequest,
+    DeleteRequest,
+    EraseRequest,
+    ForgetRequest,
+    GetRequest,
+    KgDeleteRequest,
+    UnforgetRequest,
+)
 from schema.memory import ConsolidateRequest, EvictRequest, RecallRequest, StoreRequest
 from schema.session import CompactRequest, RepairRequest, SessionListRequest
 from schema.stats import StatsRequest
 from worker import flows, maintenance
+from worker import life as worker_life
 from worker.services import Services
 
 Where = Literal["writer", "reader", "flow"]
@@ -125,6 +134,18 @@ ROUTES: tuple[Route, ...] = (
     Route("memory::session::repair", RepairRequest, flows.session_repair, on=FLOW),
     Route("memory::stats", StatsRequest, flows.stats, on=FLOW, all_tenants=True),
     Route("memory::audit", AuditRequest, audit.audit_events, on=READER, all_tenants=True),
+    Route("memory::get", GetRequest, life.get_memories, on=READER),
+    Route("memory::forget", ForgetRequest, worker_life.forget, on=FLOW, ingest=True),
+    Route("memory::unforget", UnforgetRequest, worker_life.unforget, on=FLOW, ingest=True),
+    Route("memory::delete", DeleteRequest, worker_life.delete, on=FLOW, ingest=True),
+    Route(
+        "memory::erase",
+        EraseRequest,
+        life.erase_agent,
+        on=WRITER,
+        audit=life.erase_changes,
+        ingest=True,
+    ),
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}
 INGESTED = {route.ingest_verb: route.trigger for route in ROUTES if route.ingest}

@@ -60,7 +60,7 @@ def test_a_memory_rescored_after_the_decision_is_not_evicted_and_not_counted(
     with conn:
         conn.execute("UPDATE memories SET importance = 0.9 WHERE id = 'm000001'")
         counts = apply_eviction(conn, plan.doomed)
-    assert counts == {"stale": 2, "low_confidence": 0, "over_cap": 0}
+    assert counts == {"purged": 0, "stale": 2, "low_confidence": 0, "over_cap": 0}
     remaining = conn.execute("SELECT id FROM memories").fetchall()
     assert remaining == [("m000001",)]
     assert conn.execute("SELECT memory_id FROM session_messages").fetchall() == [("m000001",)]
@@ -73,7 +73,7 @@ def test_an_eviction_interrupted_after_one_chunk_is_finished_by_evicting_again(
     seed(conn, 30)
     request = EvictRequest(agent_id="a", cap=5, max_age=50 * DAY)
     plan = plan_eviction(conn, request, now=NOW)
-    assert plan.counts() == {"stale": 0, "low_confidence": 0, "over_cap": 25}
+    assert plan.counts() == {"purged": 0, "stale": 0, "low_confidence": 0, "over_cap": 25}
     with conn:
         apply_eviction(conn, plan.doomed[:10])  # then the worker died
     with conn:

@@ -34,6 +34,9 @@ from worker.readers import Readers
 from worker.recall_index.agent_index import ROW_SQL, AgentIndex, AgentKey
 
 log = structlog.get_logger()
+# A forgotten memory (contract section 12) is never recalled: not loaded, dropped once forgotten,
+# back once restored.
+RECALLABLE = " AND forgotten_at IS NULL"
 T = TypeVar("T")
 
 # A row moved to another tenant or agent leaves the old one's index and joins the new one's.
@@ -45,7 +48,8 @@ CREATE TEMP TRIGGER IF NOT EXISTS index_on_insert AFTER INSERT ON main.memories 
 CREATE TEMP TRIGGER IF NOT EXISTS index_on_delete AFTER DELETE ON main.memories BEGIN
     INSERT INTO index_changes VALUES (old.tenant, old.agent_id, old.id, 'delete'); END;
 CREATE TEMP TRIGGER IF NOT EXISTS index_on_rescore
-    AFTER UPDATE OF confidence, importance, timestamp, embedding ON main.memories BEGIN
+    AFTER UPDATE OF confidence, importance, timestamp, embedding, forgotten_at
+    ON main.memories BEGIN
     INSERT INTO index_changes VALUES (new.tenant, new.agent_id, new.id, 'upsert'); END;
 CREATE TEMP TRIGGER IF NOT EXISTS index_on_move
     AFTER UPDATE OF tenant, agent_id ON main.memories BEGIN
@@ -179,7 +183,10 @@ class MemoryIndex:
         try:
             # One statement, one read snapshot, begun after `pending` was registered.
             loaded.load(
-                conn.execute(ROW_SQL + " WHERE tenant = ? AND agent_id = ? ORDER BY rowid", key)
+                conn.execute(
+                    f"{ROW_SQL} WHERE tenant = ? AND agent_id = ?{RECALLABLE} ORDER BY rowid",
+                    key,
+                )
             )
             with self._lock:
                 # Once per memory: the replay reads its row as it is now, whatever the changes.
@@ -255,7 +262,7 @@ def _apply_one(
         index.remove(memory_id)
         return
     row = conn.execute(
-        ROW_SQL + " WHERE id = ? AND tenant = ? AND agent_id = ?", (memory_id, *key)
+        ROW_SQL + f" WHERE id = ? AND tenant = ? AND agent_id = ?{RECALLABLE}", (memory_id, *key)
     ).fetchone()
     if row is None:
         index.remove(memory_id)

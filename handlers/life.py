@@ -1,0 +1,155 @@
+"""A memory's life by id (contract section 12): get, forget, unforget, delete and erase.
+
+Every trigger here is per agent: an id of another agent (or another tenant's agent of the same
+name) is reported `missing`, exactly like an id that never existed, so a caller learns nothing
+about memories that are not its agent's. The writes are idempotent, so that a redelivered
+ingest message does no harm: forgetting what is forgotten, or restoring what is not, counts it
+and changes nothing, and the audit records only what changed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import apsw
+import msgspec
+
+from handlers.audit import Change
+from handlers.kg import INVERSE
+from handlers.session_refs import remove_memories
+from schema.base import Agent, agent_of
+from schema.errors import InvalidRequest
+from schema.life import (
+    DeleteRequest,
+    EraseReply,
+    EraseRequest,
+    GetReply,
+    GetRequest,
+    IdsRequest,
+    MemoryOut,
+)
+
+MEMORY_COLUMNS = (
+    "id, role, content, timestamp, session_id, importance, confidence, access_count, "
+    "last_accessed, metadata, pinned, forgotten_at"
+)
+
+
+def memory_out(row: Any) -> MemoryOut:
+    (memory_id, role, content, timestamp, session_id, importance, confidence, access_count,
+     last_accessed, metadata, pinned, forgotten_at) = row  # fmt: skip
+    return MemoryOut(
+        id=str(memory_id),
+        role=str(role),
+        content=str(content),
+        timestamp=int(timestamp),
+        session_id=None if session_id is None else str(session_id),
+        importance=float(importance),
+        confidence=float(confidence),
+        access_count=int(access_count),
+        last_accessed=int(last_accessed),
+        metadata=None if metadata is None else msgspec.json.decode(str(metadata)),
+        pinned=bool(pinned),
+        forgotten_at=None if forgotten_at is None else int(forgotten_at),
+    )
+
+
+def _rows(conn: apsw.Connection, agent: Agent, ids: list[str]) -> dict[str, Any]:
+    """The agent's memories among ids, by id."""
+    return {
+        str(row[0]): row
+        for row in conn.execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND agent_id = ? "
+            "AND id IN (SELECT value FROM json_each(?))",
+            (*agent, json.dumps(ids)),
+        )
+    }
+
+
+def _asked(req: IdsRequest | GetRequest) -> list[str]:
+    return list(dict.fromkeys(req.ids))
+
+
+def get_memories(conn: apsw.Connection, req: GetRequest, *, now: int) -> GetReply:
+    """A read with no access update: `now` is the registry's calling convention, unused."""
+    asked = _asked(req)
+    found = _rows(conn, agent_of(req), asked)
+    return GetReply(
+        memories=[memory_out(found[i]) for i in asked if i in found],
+        missing=[i for i in asked if i not in found],
+    )
+
+
+class Marked(msgspec.Struct, frozen=True):
+    """A forget or unforget decided: the agent's ids asked for, those it changes, the rest."""
+
+    agent: Agent
+    present: list[str]
+    changed: list[str]
+    missing: list[str]
+    at: int
+
+
+def plan_forget(conn: apsw.Connection, req: IdsRequest, *, now: int, forget: bool) -> Marked:
+    asked = _asked(req)
+    agent = agent_of(req)
+    found = _rows(conn, agent, asked)
+    changed = [i for i in asked if i in found and (found[i][11] is None) == forget]
+    present = [i for i in asked if i in found]
+    return Marked(agent, present, changed, [i for i in asked if i not in found], now)
+
+
+def apply_marks(conn: apsw.Connection, plan: Marked, *, forget: bool) -> None:
+    conn.executemany(
+        "UPDATE memories SET forgotten_at = ? WHERE tenant = ? AND agent_id = ? AND id = ?",
+        [(plan.at if forget else None, *plan.agent, i) for i in plan.changed],
+    )
+
+
+def delete_memories(conn: apsw.Connection, req: DeleteRequest) -> tuple[list[str], list[str]]:
+    """Delete the agent's memories among the ids, with their session references, as eviction
+    removes them; (deleted, missing)."""
+    asked = _asked(req)
+    agent = agent_of(req)
+    gone = [
+        str(row[0])
+        for row in conn.executemany(
+            "DELETE FROM memories WHERE tenant = ? AND agent_id = ? AND id = ? RETURNING id",
+            [(*agent, i) for i in asked],
+        )
+    ]
+    remove_memories(conn, agent, gone)
+    deleted = set(gone)
+    return gone, [i for i in asked if i not in deleted]
+
+
+def erase_agent(conn: apsw.Connection, req: EraseRequest, *, now: int) -> EraseReply:
+    """Everything of the agent, its audit rows included (the erasure's own row is recorded
+    after it, in the same transaction). `now`: the registry's convention, unused."""
+    if req.confirm != req.agent_id:
+        raise InvalidRequest("confirm: must repeat agentId to erase it - at `$.confirm`")
+    agent = agent_of(req)
+
+    def gone(table: str, returning: str = "1") -> list[Any]:
+        return conn.execute(
+            f"DELETE FROM {table} WHERE tenant = ? AND agent_id = ? RETURNING {returning}", agent
+        ).fetchall()
+
+    gone("session_messages")
+    relations = [str(row[0]) for row in gone("kg_relations", "type")]
+    reply = EraseReply(
+        memories=len(gone("memories")),
+        sessions=len(gone("sessions")),
+        entities=len(gone("kg_entities")),
+        relations=sum(1 for kind in relations if not kind.startswith(INVERSE)),
+        kv_keys=0,
+    )
+    gone("audit")
+    return reply
+
+
+def erase_changes(req: EraseRequest, reply: EraseReply) -> list[Change]:
+    """The one audit row an erasure leaves: how much went."""
+    total = reply.memories + reply.sessions + reply.entities + reply.relations
+    return [Change(agent_of(req), count=reply.memories)] if total else []

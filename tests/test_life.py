@@ -1,0 +1,155 @@
+"""A memory's life over the bus (contract section 12): get, forget, unforget, delete, erase,
+pins in maintenance, and the audit each write leaves."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import apsw
+
+from tests.support import Client
+from worker.app import App
+
+DAY = 86_400_000
+
+
+def sql(app: App, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    conn = apsw.Connection(app.config.db_path)
+    try:
+        with conn:
+            found = [tuple(row) for row in conn.execute(statement, params)]
+        return found
+    finally:
+        conn.close()
+
+
+async def audit(client: Client) -> list[tuple[str, Any]]:
+    body = await client.ok("memory::audit", {"limit": 1000})
+    return [(e["trigger"], e.get("ids", e.get("count"))) for e in body["events"]]
+
+
+async def test_get_returns_the_agents_memories_in_the_order_asked_and_the_rest_missing(
+    client: Client,
+) -> None:
+    first = (await client.store("a", "first"))["id"]
+    second = (await client.store("a", "second", metadata={"k": 1}))["id"]
+    theirs = (await client.store("b", "first"))["id"]
+    body = await client.ok("memory::get", {"agentId": "a", "ids": [second, "nope", theirs, first]})
+    assert [m["id"] for m in body["memories"]] == [second, first]
+    assert body["missing"] == ["nope", theirs]
+    memory = body["memories"][0]
+    assert memory["content"] == "second" and memory["metadata"] == {"k": 1}
+    assert memory["pinned"] is False and memory["forgottenAt"] is None and "score" not in memory
+
+
+async def test_a_forgotten_memory_is_invisible_to_recall_restorable_and_restored_by_storing_it(
+    client: Client,
+) -> None:
+    kept = (await client.store("a", "kept note"))["id"]
+    gone = (await client.store("a", "forget this note"))["id"]
+    assert len(await client.recall("a", "note")) == 2  # the index is loaded
+    reply = await client.ok("memory::forget", {"agentId": "a", "ids": [gone, "nope"]})
+    assert reply == {"forgotten": 1, "missing": ["nope"]}
+    assert [m["id"] for m in await client.recall("a", "note")] == [kept]
+    [memory] = (await client.ok("memory::get", {"agentId": "a", "ids": [gone]}))["memories"]
+    assert memory["forgottenAt"] is not None
+    again = await client.store("a", "forget this note")
+    assert again == {"id": gone, "stored": False, "deduplicated": True}
+    assert {m["id"] for m in await client.recall("a", "note")} == {kept, gone}
+    await client.ok("memory::forget", {"agentId": "a", "ids": [gone]})
+    restored = await client.ok("memory::unforget", {"agentId": "a", "ids": [gone, kept]})
+    assert restored == {"restored": 2, "missing": []}
+    assert len(await client.recall("a", "note")) == 2
+    assert [t for t, _ in await audit(client)] == [
+        "memory::store", "memory::store", "memory::forget", "memory::unforget",
+        "memory::forget", "memory::unforget",
+    ]  # fmt: skip
+
+
+async def test_forget_and_delete_of_another_agents_ids_report_them_missing_and_change_nothing(
+    client: Client,
+) -> None:
+    theirs = (await client.store("b", "not yours"))["id"]
+    for trigger, key in (("memory::forget", "forgotten"), ("memory::delete", "deleted")):
+        reply = await client.ok(trigger, {"agentId": "a", "ids": [theirs]})
+        assert reply == {key: 0, "missing": [theirs]}
+    assert [m["id"] for m in await client.recall("b")] == [theirs]
+    assert await audit(client) == [("memory::store", [theirs])]
+
+
+async def test_delete_removes_the_memory_and_its_session_references(
+    client: Client, worker: App
+) -> None:
+    doomed = (await client.store("a", "one", sessionId="s"))["id"]
+    await client.store("a", "two", sessionId="s")
+    reply = await client.ok("memory::delete", {"agentId": "a", "ids": [doomed]})
+    assert reply == {"deleted": 1, "missing": []}
+    assert sql(worker, "SELECT count(*) FROM session_messages WHERE memory_id = ?", doomed) == [
+        (0,)
+    ]
+    assert [m["content"] for m in await client.recall("a")] == ["two"]
+    assert (await audit(client))[-1] == ("memory::delete", [doomed])
+
+
+async def test_erase_needs_its_confirmation_and_leaves_only_its_own_audit_row(
+    client: Client, worker: App
+) -> None:
+    await client.store("a", "one", sessionId="s")
+    await client.ok("memory::kg::add", {"agentId": "a", "entity": {
+        "id": "x", "relations": [{"target": "y", "type": "knows"}]}})  # fmt: skip
+    await client.store("b", "other agent")
+    refused = await client.call("memory::erase", {"agentId": "a", "confirm": "A"})
+    assert refused.code == "400" and "confirm" in (refused.description or "")
+    assert len(await client.recall("a")) == 1
+    reply = await client.ok("memory::erase", {"agentId": "a", "confirm": "a"})
+    assert reply == {"memories": 1, "sessions": 1, "entities": 2, "relations": 1, "kvKeys": 0}
+    for table in ("memories", "sessions", "session_messages", "kg_entities", "kg_relations"):
+        assert sql(worker, f"SELECT count(*) FROM {table} WHERE agent_id = 'a'") == [(0,)]
+    events = (await client.ok("memory::audit", {"agentId": "a"}))["events"]
+    assert [(e["trigger"], e["count"]) for e in events] == [("memory::erase", 1)]
+    assert len(await client.recall("b")) == 1
+
+
+async def test_erase_under_concurrent_stores_leaves_nothing_acknowledged_before_it(
+    client: Client, worker: App
+) -> None:
+    acknowledged: list[str] = []
+
+    async def keep_storing() -> None:
+        for n in range(200):
+            acknowledged.append((await client.store("a", f"note {n}"))["id"])
+
+    storing = asyncio.create_task(keep_storing())
+    await asyncio.sleep(0.05)
+    before = list(acknowledged)
+    await client.ok("memory::erase", {"agentId": "a", "confirm": "a"})
+    await storing
+    left = {row[0] for row in sql(worker, "SELECT id FROM memories WHERE agent_id = 'a'")}
+    assert before and not left & set(before)
+
+
+async def test_a_pinned_memory_survives_evict_cap_0_and_consolidation(
+    client: Client, worker: App
+) -> None:
+    pinned = (await client.store("a", "core fact", timestamp=0, importance=0.1))["id"]
+    await client.store("a", "ordinary")
+    sql(worker, "UPDATE memories SET pinned = 1, last_accessed = 0 WHERE id = ?", pinned)
+    reply = await client.ok("memory::evict", {"cap": 0})
+    assert reply["overCap"] == 1 and reply["stale"] == 0
+    await client.ok("memory::consolidate", {"decayRate": 1.0})
+    assert sql(worker, "SELECT id, confidence FROM memories") == [(pinned, 1.0)]
+
+
+async def test_eviction_purges_memories_forgotten_longer_than_the_retention(
+    client: Client, worker: App
+) -> None:
+    old = (await client.store("a", "forgotten long ago"))["id"]
+    recent = (await client.store("a", "forgotten just now"))["id"]
+    await client.ok("memory::forget", {"agentId": "a", "ids": [old, recent]})
+    sql(worker, "UPDATE memories SET forgotten_at = 1 WHERE id = ?", old)
+    dry = await client.ok("memory::evict", {"dryRun": True})
+    assert dry["purged"] == 1 and dry["evicted"] == 1
+    reply = await client.ok("memory::evict", {"forgottenRetention": DAY})
+    assert reply["purged"] == 1
+    assert sql(worker, "SELECT id FROM memories") == [(recent,)]

@@ -1,0 +1,57 @@
+"""The writes of a memory's life that reply with what they decided (forget, unforget, delete):
+each decides and applies in one writer job, which also records in the audit the memories it
+changed, then answers from the decision (handlers/life.py)."""
+
+from __future__ import annotations
+
+import apsw
+
+from handlers.audit import Change
+from handlers.life import Marked, apply_marks, delete_memories, plan_forget
+from schema.base import agent_of
+from schema.life import (
+    DeleteReply,
+    DeleteRequest,
+    ForgetReply,
+    ForgetRequest,
+    IdsRequest,
+    UnforgetReply,
+    UnforgetRequest,
+)
+from worker.audit import audited
+from worker.services import Services
+
+
+async def _mark(s: Services, req: IdsRequest, *, forget: bool) -> tuple[int, list[str]]:
+    """Forget or restore: (the agent's ids asked for, missing); the audit gets those changed."""
+
+    def job(conn: apsw.Connection) -> Marked:
+        plan = plan_forget(conn, req, now=s.clock(), forget=forget)
+        apply_marks(conn, plan, forget=forget)
+        return plan
+
+    plan = await s.writer.run(
+        audited(job, lambda done: [Change(done.agent, done.changed)], s.clock)
+    )
+    return len(plan.present), plan.missing
+
+
+async def forget(s: Services, req: ForgetRequest) -> ForgetReply:
+    forgotten, missing = await _mark(s, req, forget=True)
+    return ForgetReply(forgotten=forgotten, missing=missing)
+
+
+async def unforget(s: Services, req: UnforgetRequest) -> UnforgetReply:
+    restored, missing = await _mark(s, req, forget=False)
+    return UnforgetReply(restored=restored, missing=missing)
+
+
+async def delete(s: Services, req: DeleteRequest) -> DeleteReply:
+    deleted, missing = await s.writer.run(
+        audited(
+            lambda conn: delete_memories(conn, req),
+            lambda done: [Change(agent_of(req), done[0])],
+            s.clock,
+        )
+    )
+    return DeleteReply(deleted=len(deleted), missing=missing)
