@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal
 
-from handlers import audit, kg, kg_delete, life, session
+from handlers import audit, kg, kg_delete, life, listing, session
 from handlers.audit import Change
 from schema.base import TriggerRequest
 from schema.kg import KgAddRequest, KgQueryRequest
@@ -32,6 +32,8 @@ from schema.life import (
     ForgetRequest,
     GetRequest,
     KgDeleteRequest,
+    ListRequest,
+    SessionGetRequest,
     UnforgetRequest,
 )
 from schema.memory import ConsolidateRequest, EvictRequest, RecallRequest, StoreRequest
@@ -135,6 +137,8 @@ ROUTES: tuple[Route, ...] = (
     Route("memory::stats", StatsRequest, flows.stats, on=FLOW, all_tenants=True),
     Route("memory::audit", AuditRequest, audit.audit_events, on=READER, all_tenants=True),
     Route("memory::get", GetRequest, life.get_memories, on=READER),
+    Route("memory::list", ListRequest, listing.list_memories, on=READER),
+    Route("memory::session::get", SessionGetRequest, listing.session_messages, on=READER),
     Route("memory::forget", ForgetRequest, worker_life.forget, on=FLOW, ingest=True),
     Route("memory::unforget", UnforgetRequest, worker_life.unforget, on=FLOW, ingest=True),
     Route("memory::delete", DeleteRequest, worker_life.delete, on=FLOW, ingest=True),
