@@ -63,6 +63,11 @@ class NotFound(WorkerError):
     code = "not_found"
 
 
+class Conflict(WorkerError):
+    status = "409"
+    code = "conflict"
+
+
 class PayloadTooLarge(WorkerError):
     status = "413"
     code = "payload_too_large"

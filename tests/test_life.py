@@ -153,3 +153,48 @@ async def test_eviction_purges_memories_forgotten_longer_than_the_retention(
     reply = await client.ok("memory::evict", {"forgottenRetention": DAY})
     assert reply["purged"] == 1
     assert sql(worker, "SELECT id FROM memories") == [(recent,)]
+
+
+async def test_update_corrects_content_keywords_and_scores_and_is_audited(
+    client: Client, worker: App
+) -> None:
+    wrong = (await client.store("a", "the office is in Berlin"))["id"]
+    other = (await client.store("a", "lunch is at noon"))["id"]
+    assert len(await client.recall("a", "Berlin")) >= 1  # the index is loaded
+    reply = await client.ok(
+        "memory::update",
+        {"agentId": "a", "id": wrong, "content": "the office is in Lisbon", "importance": 0.9,
+         "metadata": {"source": "correction"}, "pinned": True},
+    )  # fmt: skip
+    memory = reply["memory"]
+    assert (memory["id"], memory["content"], memory["importance"]) == (
+        wrong, "the office is in Lisbon", 0.9,
+    )  # fmt: skip
+    assert memory["metadata"] == {"source": "correction"} and memory["pinned"] is True
+    top = await client.recall("a", "Lisbon", limit=1)
+    assert [m["id"] for m in top] == [wrong]
+    assert all("Berlin" not in m["content"] for m in await client.recall("a", "Berlin"))
+    assert (await audit(client))[-1] == ("memory::update", [wrong])
+    clash = await client.call(
+        "memory::update", {"agentId": "a", "id": other, "content": "the office is in Lisbon"}
+    )
+    assert clash.code == "409" and wrong in (clash.description or "")
+
+
+async def test_update_refuses_no_field_a_forgotten_memory_and_another_agents_id(
+    client: Client,
+) -> None:
+    mine = (await client.store("a", "mine"))["id"]
+    theirs = (await client.store("b", "theirs"))["id"]
+    empty = await client.call("memory::update", {"agentId": "a", "id": mine})
+    assert empty.code == "400"
+    foreign = await client.call("memory::update", {"agentId": "a", "id": theirs, "pinned": True})
+    assert foreign.code == "404"
+    await client.ok("memory::forget", {"agentId": "a", "ids": [mine]})
+    forgotten = await client.call("memory::update", {"agentId": "a", "id": mine, "pinned": True})
+    assert forgotten.code == "404" and "forgotten" in (forgotten.description or "")
+    assert [t for t, _ in await audit(client)] == [
+        "memory::store",
+        "memory::store",
+        "memory::forget",
+    ]

@@ -5,10 +5,13 @@ changed, then answers from the decision (handlers/life.py)."""
 from __future__ import annotations
 
 import apsw
+from msgspec import UNSET
 
 from handlers.audit import Change
 from handlers.life import Marked, apply_marks, delete_memories, plan_forget
-from schema.base import agent_of
+from handlers.update import check_update
+from handlers.update import update as apply_update
+from schema.base import agent_of, tenant_of
 from schema.life import (
     DeleteReply,
     DeleteRequest,
@@ -17,6 +20,8 @@ from schema.life import (
     IdsRequest,
     UnforgetReply,
     UnforgetRequest,
+    UpdateReply,
+    UpdateRequest,
 )
 from worker.audit import audited
 from worker.services import Services
@@ -55,3 +60,22 @@ async def delete(s: Services, req: DeleteRequest) -> DeleteReply:
         )
     )
     return DeleteReply(deleted=len(deleted), missing=missing)
+
+
+async def update(s: Services, req: UpdateRequest) -> UpdateReply:
+    """New content is embedded before the writer applies the change, as a store's is."""
+    check_update(req, s.config.max_content_bytes)
+    embedding = None
+    if req.content is not UNSET:
+        [vector] = await s.embedder.embed([req.content], query=False)
+        embedding = None if vector is None else (s.embedder.name, vector)
+    reply = await s.writer.run(
+        audited(
+            lambda conn: apply_update(conn, req, now=s.clock(), embedding=embedding),
+            lambda done: [Change(agent_of(req), [done.memory.id])],
+            s.clock,
+        )
+    )
+    if req.content is not UNSET and embedding is None and s.backfill is not None:
+        s.backfill.add(tenant_of(req), req.agent_id)  # the embedder failed: later
+    return reply

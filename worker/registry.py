@@ -35,6 +35,7 @@ from schema.life import (
     ListRequest,
     SessionGetRequest,
     UnforgetRequest,
+    UpdateRequest,
 )
 from schema.memory import ConsolidateRequest, EvictRequest, RecallRequest, StoreRequest
 from schema.session import CompactRequest, RepairRequest, SessionListRequest
@@ -142,6 +143,7 @@ ROUTES: tuple[Route, ...] = (
     Route("memory::forget", ForgetRequest, worker_life.forget, on=FLOW, ingest=True),
     Route("memory::unforget", UnforgetRequest, worker_life.unforget, on=FLOW, ingest=True),
     Route("memory::delete", DeleteRequest, worker_life.delete, on=FLOW, ingest=True),
+    Route("memory::update", UpdateRequest, worker_life.update, on=FLOW, ingest=True),
     Route(
         "memory::erase",
         EraseRequest,

@@ -39,7 +39,8 @@ log = structlog.get_logger()
 RECALLABLE = " AND forgotten_at IS NULL"
 T = TypeVar("T")
 
-# A row moved to another tenant or agent leaves the old one's index and joins the new one's.
+# A row moved to another tenant or agent leaves the old one's index and joins the new one's; a
+# row whose content changed (memory::update) is re-added, so that its keywords are the new ones.
 CHANGE_LOG = """
 CREATE TEMP TABLE IF NOT EXISTS index_changes
     (tenant TEXT, agent_id TEXT, memory_id TEXT, op TEXT);
@@ -50,6 +51,10 @@ CREATE TEMP TRIGGER IF NOT EXISTS index_on_delete AFTER DELETE ON main.memories 
 CREATE TEMP TRIGGER IF NOT EXISTS index_on_rescore
     AFTER UPDATE OF confidence, importance, timestamp, embedding, forgotten_at
     ON main.memories BEGIN
+    INSERT INTO index_changes VALUES (new.tenant, new.agent_id, new.id, 'upsert'); END;
+CREATE TEMP TRIGGER IF NOT EXISTS index_on_rewrite
+    AFTER UPDATE OF content, role, session_id ON main.memories BEGIN
+    INSERT INTO index_changes VALUES (old.tenant, old.agent_id, old.id, 'delete');
     INSERT INTO index_changes VALUES (new.tenant, new.agent_id, new.id, 'upsert'); END;
 CREATE TEMP TRIGGER IF NOT EXISTS index_on_move
     AFTER UPDATE OF tenant, agent_id ON main.memories BEGIN

@@ -1,0 +1,83 @@
+"""memory::update: correct one memory (contract section 12).
+
+New content is a new memory as far as matching goes: a new hash, keywords and vector (the worker
+embeds it before the writer applies the change). Content another memory of the agent already
+has is refused with 409 naming that memory, so that dedup keeps holding; a forgotten memory is
+not updated (404): restore it first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apsw
+import msgspec
+import numpy as np
+from msgspec import UNSET
+
+from handlers.life import MEMORY_COLUMNS, memory_out
+from handlers.store import Embedding, check_store, content_hash
+from schema.base import agent_of
+from schema.errors import Conflict, InvalidRequest, NotFound
+from schema.life import UpdateReply, UpdateRequest
+from schema.memory import StoreRequest
+
+FIELDS = ("content", "importance", "metadata", "pinned")
+
+
+def check_update(req: UpdateRequest, max_content_bytes: int) -> None:
+    """At least one field, and content and metadata within the limits a store has."""
+    if all(getattr(req, field) is UNSET for field in FIELDS):
+        raise InvalidRequest(
+            "an update changes at least one of content, importance, metadata, pinned - at `$`"
+        )
+    if req.content is not UNSET or req.metadata is not UNSET:
+        as_store = StoreRequest(
+            agent_id=req.agent_id,
+            content="x" if req.content is UNSET else req.content,
+            metadata=req.metadata,
+        )
+        check_store(as_store, max_content_bytes)
+
+
+def update(
+    conn: apsw.Connection, req: UpdateRequest, *, now: int, embedding: Embedding | None = None
+) -> UpdateReply:
+    agent = agent_of(req)
+    row = conn.execute(
+        "SELECT forgotten_at FROM memories WHERE tenant = ? AND agent_id = ? AND id = ?",
+        (*agent, req.id),
+    ).fetchone()
+    if row is None or row[0] is not None:
+        state = "not found" if row is None else "forgotten (unforget it first)"
+        raise NotFound(f"memory `{req.id}` of agent `{req.agent_id}` {state} - at `$.id`")
+    sets: list[str] = []
+    params: list[Any] = []
+    if req.content is not UNSET:
+        digest = content_hash(req.content)
+        clash = conn.execute(
+            "SELECT id FROM memories WHERE tenant = ? AND agent_id = ? AND hash = ? AND id != ?",
+            (*agent, digest, req.id),
+        ).fetchone()
+        if clash is not None:
+            raise Conflict(f"memory `{clash[0]}` of the agent has this content - at `$.content`")
+        vector = None if embedding is None else embedding[1].astype(np.float32).tobytes()
+        sets += ["content = ?", "hash = ?", "embedding = ?", "embedding_model = ?"]
+        params += [req.content, digest, vector, None if embedding is None else embedding[0]]
+    if req.importance is not UNSET:
+        sets.append("importance = ?")
+        params.append(req.importance)
+    if req.metadata is not UNSET:
+        sets.append("metadata = ?")
+        params.append(msgspec.json.encode(req.metadata).decode())
+    if req.pinned is not UNSET:
+        sets.append("pinned = ?")
+        params.append(int(req.pinned))
+    conn.execute(
+        f"UPDATE memories SET {', '.join(sets)} WHERE tenant = ? AND agent_id = ? AND id = ?",
+        (*params, *agent, req.id),
+    )
+    [updated] = conn.execute(
+        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (req.id,)
+    ).fetchall()
+    return UpdateReply(memory=memory_out(updated))
