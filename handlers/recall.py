@@ -21,8 +21,11 @@ import numpy as np
 import numpy.typing as npt
 from msgspec import UNSET
 
+from handlers.life import MEMORY_COLUMNS, memory_out
+from handlers.listing import metadata_matches
 from handlers.text import query_keywords, stem
 from schema.errors import PayloadTooLarge
+from schema.life import MemoryOut
 from schema.memory import RecalledMemory, RecallReply, RecallRequest
 
 WEEK_MS = 604_800_000.0
@@ -153,12 +156,25 @@ def rank(
     now: int,
     query_vector: tuple[str, npt.NDArray[np.float32]] | None,
     keyword_mode: KeywordMode = "share",
+    allowed: set[str] | None = None,
+    excluded: set[str] | frozenset[str] = frozenset(),
 ) -> list[tuple[str, float]]:
-    """The exact top `limit` as (id, score): score, then newer timestamp, then ascending id."""
+    """The exact top `limit` as (id, score): score, then newer timestamp, then ascending id,
+    over the memories that pass the filters: `allowed` (None: all) holds the ids that pass the
+    filters the columns do not have (pinned, metadata), `excluded` the ids left out (the pinned
+    memories returned apart). `minScore` drops what ranks below it."""
     rows = columns.rows
     if rows == 0:
         return []
     eligible = columns.live[:rows].copy()
+    if allowed is not None:
+        eligible &= np.fromiter((i in allowed for i in columns.ids[:rows]), bool, rows)
+    if excluded:
+        eligible &= np.fromiter((i not in excluded for i in columns.ids[:rows]), bool, rows)
+    if req.since is not UNSET:
+        eligible &= columns.timestamp[:rows] >= req.since
+    if req.until is not UNSET:
+        eligible &= columns.timestamp[:rows] < req.until
     if req.roles is not UNSET:
         eligible &= np.isin(columns.role[:rows], [ROLE_CODES[role] for role in req.roles])
     if req.session_id is not UNSET:
@@ -185,7 +201,44 @@ def rank(
         order = order[: max(req.limit, int(np.flatnonzero(tied)[-1]) + 1)]
     found = [(float(score[i]), int(timestamp[i]), columns.ids[int(candidates[i])]) for i in order]
     found.sort(key=lambda item: (-item[0], -item[1], item[2]))
-    return [(memory_id, value) for value, _, memory_id in found[: req.limit]]
+    floor = -1.0 if req.min_score is UNSET else req.min_score
+    return [(memory_id, value) for value, _, memory_id in found[: req.limit] if value >= floor]
+
+
+def passing_ids(conn: apsw.Connection, tenant: str, req: RecallRequest) -> set[str] | None:
+    """The agent's ids that pass the filters the index has no column for (pinned, metadata);
+    None when neither is given."""
+    if req.pinned is UNSET and req.metadata is UNSET:
+        return None
+    where, params = "", list[Any]()
+    if req.pinned is not UNSET:
+        where, params = " AND pinned = ?", [int(req.pinned)]
+    rows = conn.execute(
+        "SELECT id, metadata FROM memories WHERE tenant = ? AND agent_id = ? "
+        f"AND forgotten_at IS NULL{where}",
+        (tenant, req.agent_id, *params),
+    )
+    wanted = None if req.metadata is UNSET else req.metadata
+    return {
+        str(memory_id)
+        for memory_id, metadata in rows
+        if wanted is None
+        or (metadata is not None and metadata_matches(wanted, msgspec.json.decode(str(metadata))))
+    }
+
+
+def pinned_memories(conn: apsw.Connection, tenant: str, agent_id: str) -> list[MemoryOut]:
+    """The agent's core memory: its pinned memories, at most 50, highest importance then
+    newest, whatever the filters; no access is counted."""
+    return [
+        memory_out(row)
+        for row in conn.execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND agent_id = ? "
+            "AND pinned = 1 AND forgotten_at IS NULL "
+            "ORDER BY importance DESC, timestamp DESC, id LIMIT 50",
+            (tenant, agent_id),
+        )
+    ]
 
 
 def check_recall(req: RecallRequest, max_query_bytes: int) -> None:

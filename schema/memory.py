@@ -8,6 +8,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from schema.base import AgentId, Millis, Reply, Role, SessionId, TriggerRequest, Unit
+from schema.life import Filters, MemoryOut
 
 DAY_MS = 86_400_000
 
@@ -28,12 +29,15 @@ class StoreReply(Reply, frozen=True):
     deduplicated: bool
 
 
-class RecallRequest(TriggerRequest, frozen=True):
+class RecallRequest(Filters, frozen=True):
+    """Filters (sessionId, roles, since, until, metadata, pinned) as memory::list takes them."""
+
     agent_id: AgentId
     query: str = ""
     limit: Annotated[int, msgspec.Meta(ge=1, le=100)] = 10
-    session_id: SessionId | UnsetType = UNSET
-    roles: Annotated[list[Role], msgspec.Meta(min_length=1, max_length=3)] | UnsetType = UNSET
+    min_score: Unit | UnsetType = UNSET
+    # Also return the agent's pinned memories (its core memory) apart from the ranked ones.
+    with_pinned: bool = False
 
 
 class RecalledMemory(Reply, frozen=True):
@@ -50,8 +54,11 @@ class RecalledMemory(Reply, frozen=True):
     metadata: dict[str, Any] | None
 
 
-class RecallReply(Reply, frozen=True):
+class RecallReply(Reply, frozen=True, omit_defaults=True):
+    """`pinned` only when asked for (`withPinned`)."""
+
     memories: list[RecalledMemory]
+    pinned: list[MemoryOut] | None = None
 
 
 class EvictRequest(TriggerRequest, frozen=True):

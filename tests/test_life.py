@@ -198,3 +198,38 @@ async def test_update_refuses_no_field_a_forgotten_memory_and_another_agents_id(
         "memory::store",
         "memory::forget",
     ]
+
+
+async def test_recall_filters_keep_the_exact_top_k_of_what_passes(client: Client) -> None:
+    for n in range(12):
+        await client.store("a", f"deploy note {n}", timestamp=1_000 * n, importance=0.05 * n,
+                           metadata={"team": "infra" if n % 3 == 0 else "web", "n": n})  # fmt: skip
+    everything = await client.recall("a", "deploy note", limit=100)
+    scores = {m["id"]: m["score"] for m in everything}
+    contents = {m["id"]: m["content"] for m in everything}
+
+    async def ranked(**filters: Any) -> list[str]:
+        return [m["id"] for m in await client.recall("a", "deploy note", limit=3, **filters)]
+
+    infra = [i for i in scores if contents[i].split()[-1] in {"0", "3", "6", "9"}]
+    expected = sorted(infra, key=lambda i: -scores[i])[:3]
+    assert await ranked(metadata={"team": "infra"}) == expected
+    window = [i for i, m in zip(scores, everything, strict=True) if 3_000 <= m["timestamp"] < 6_000]
+    assert set(await ranked(since=3_000, until=6_000)) == set(window)
+    floor = sorted(scores.values())[-2]
+    assert len(await client.recall("a", "deploy note", limit=10, minScore=floor)) == 2
+
+
+async def test_recall_with_pinned_returns_the_core_memory_apart(client: Client) -> None:
+    core = (await client.store("a", "the user is called Ada", importance=0.3))["id"]
+    await client.store("a", "the user likes tea")
+    theirs = (await client.store("b", "pinned elsewhere"))["id"]
+    for agent, memory in (("a", core), ("b", theirs)):
+        await client.ok("memory::update", {"agentId": agent, "id": memory, "pinned": True})
+    body = await client.ok("memory::recall", {"agentId": "a", "query": "user", "withPinned": True})
+    assert [m["id"] for m in body["pinned"]] == [core]
+    assert core not in [m["id"] for m in body["memories"]] and len(body["memories"]) == 1
+    plain = await client.ok("memory::recall", {"agentId": "a", "query": "user"})
+    assert "pinned" not in plain and len(plain["memories"]) == 2
+    only = await client.ok("memory::recall", {"agentId": "a", "pinned": True})
+    assert [m["id"] for m in only["memories"]] == [core]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 import apsw
+import msgspec
 
 from handlers import recall as recall_handler
 from handlers import session
@@ -96,14 +97,23 @@ def _recall(
     """On a reader thread: rank the snapshot of the agent's columns, count the accesses in the
     index, and read the winners' rows; the reply and the time it was ranked at."""
     now = s.clock()
+    pinned = None
+    if req.with_pinned:
+        pinned = recall_handler.pinned_memories(conn, tenant, req.agent_id)
     ranked = recall_handler.rank(
-        found.columns, req, now=now, query_vector=query_vector, keyword_mode=s.keyword_mode
+        found.columns,
+        req,
+        now=now,
+        query_vector=query_vector,
+        keyword_mode=s.keyword_mode,
+        allowed=recall_handler.passing_ids(conn, tenant, req),
+        excluded=frozenset(memory.id for memory in pinned or ()),
     )
     if not ranked:
-        return RecallReply(memories=[]), now
+        return RecallReply(memories=[], pinned=pinned), now
     counts = found.count_access([memory_id for memory_id, _ in ranked])
     reply = recall_handler.recalled_memories(conn, tenant, req.agent_id, ranked, counts, now=now)
-    return reply, now
+    return msgspec.structs.replace(reply, pinned=pinned), now
 
 
 async def recall(s: Services, req: RecallRequest) -> RecallReply:
