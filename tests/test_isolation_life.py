@@ -127,7 +127,9 @@ def reply_ids(body: Any) -> set[str]:
     """Every memory id a reply hands out."""
     found: set[str] = set()
     for key in ("memories", "pinned", "messages"):
-        found |= {m["id"] for m in body.get(key, []) if m.get("id")}
+        listed = body.get(key)
+        if isinstance(listed, list):  # erase's `memories` is a count
+            found |= {m["id"] for m in listed if m.get("id")}
     if "memory" in body:
         found.add(body["memory"]["id"])
     return found
