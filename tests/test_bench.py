@@ -38,7 +38,8 @@ def test_bench_prints_store_recall_echo_rss_and_locomo_figures(tmp_path: Path) -
     locomo.write_text(json.dumps(TINY_LOCOMO), encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-m", "worker", "bench", "--embedder", "none", "--memories", "200",
-         "--recalls", "20", "--echo", "50", "--evict", "300", "--json", "--locomo", str(locomo)],
+         "--recalls", "20", "--echo", "50", "--evict", "300", "--filtered", "300", "--json",
+         "--locomo", str(locomo)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -54,6 +55,10 @@ def test_bench_prints_store_recall_echo_rss_and_locomo_figures(tmp_path: Path) -
     assert eviction["evicted"] == 300 and eviction["per_second"] > 0
     assert eviction["stores_during"] >= 1
     assert 0 < eviction["store_during"]["p50_ms"] <= eviction["store_during"]["max_ms"]
+    filtered = results["filtered"]
+    assert filtered["list"]["memories"] == 300 and filtered["list"]["per_second"] > 0
+    for figure in ("recall", "recall_metadata_1pct", "recall_window_1pct"):
+        assert 0 < filtered[figure]["p50_ms"] <= filtered[figure]["p99_ms"]
     quality = results["locomo"]
     assert quality["questions"] == 2
     assert quality["recall@5"] == 1.0 and quality["recall@10"] == 1.0

@@ -25,6 +25,7 @@ import nats
 from worker.bench.client import BenchClient, percentiles
 from worker.bench.corpus import Corpus
 from worker.bench.evict import eviction_rows, measure_eviction
+from worker.bench.filtered import filtered_rows, measure_filtered
 from worker.bench.locomo import measure_locomo
 from worker.embedded import EmbeddedServer
 from worker.tenancy import REQUEST_INFO, caller_of
@@ -124,6 +125,10 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
     results["rss_after_mb"] = rss_mb(worker_pid)
     if args.evict:
         results["eviction"] = await measure_eviction(client, corpus, args.evict, args.concurrency)
+    if args.filtered:
+        results["filtered"] = await measure_filtered(
+            client, corpus, args.filtered, args.concurrency
+        )
     if args.locomo:
         results["locomo"] = await measure_locomo(
             client, Path(args.locomo), embedded=args.embedder != "none"
@@ -239,6 +244,7 @@ def table(results: dict[str, Any]) -> str:
         ),
         ("worker RSS before / after MB", f"{results['rss_before_mb']} / {results['rss_after_mb']}"),
         *eviction_rows(results),
+        *filtered_rows(results),
     ]
     if "locomo" in results:
         quality = results["locomo"]
@@ -271,6 +277,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--evict", type=int, default=10_000, help="memories in sessions to evict (0: skip)"
+    )
+    parser.add_argument(
+        "--filtered",
+        type=int,
+        default=0,
+        help="memories in one agent for recall with a 1%% filter and list paging (0: skip)",
     )
     parser.add_argument("--locomo", help="a LoCoMo-format JSON file (../shared/bench/)")
     parser.add_argument("--nats-url", help="bench the worker serving on this server instead")
