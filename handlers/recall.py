@@ -11,7 +11,7 @@ full rows.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -22,7 +22,6 @@ import numpy.typing as npt
 from msgspec import UNSET
 
 from handlers.life import MEMORY_COLUMNS, memory_out
-from handlers.listing import metadata_matches
 from handlers.text import query_keywords, stem
 from schema.errors import PayloadTooLarge
 from schema.life import MemoryOut
@@ -63,6 +62,37 @@ class Columns:
     static: npt.NDArray[np.float64]
     growth: npt.NDArray[np.float64]
     anchor_ms: int
+    pinned: npt.NDArray[np.bool_]
+    # (top-level metadata key, canonical JSON value) -> slots: the metadata filter's lookup.
+    tags: Mapping[tuple[str, str], Sequence[int]]
+
+
+def canonical_json(value: Any) -> str:
+    """One spelling per JSON value as the metadata filter compares them (handlers/listing.py
+    same_json): object keys sorted, integral numbers as integers, `true` apart from `1`."""
+
+    def normal(item: Any) -> Any:
+        if isinstance(item, float) and item.is_integer():
+            return int(item)
+        if isinstance(item, dict):
+            return {key: normal(v) for key, v in item.items()}
+        if isinstance(item, list):
+            return [normal(v) for v in item]
+        return item
+
+    return msgspec.json.encode(normal(value), order="sorted").decode()
+
+
+def tag_mask(columns: Columns, metadata: dict[str, Any]) -> npt.NDArray[np.bool_]:
+    """The rows whose metadata has every key of the filter with an equal value."""
+    rows = columns.rows
+    mask = np.ones(rows, dtype=np.bool_)
+    for key, value in metadata.items():
+        slots = np.asarray(columns.tags.get((key, canonical_json(value)), ()), dtype=np.int64)
+        has = np.zeros(rows, dtype=np.bool_)
+        has[slots[slots < rows]] = True
+        mask &= has
+    return mask
 
 
 def static_part(importance: float, confidence: float) -> float:
@@ -156,19 +186,19 @@ def rank(
     now: int,
     query_vector: tuple[str, npt.NDArray[np.float32]] | None,
     keyword_mode: KeywordMode = "share",
-    allowed: set[str] | None = None,
     excluded: set[str] | frozenset[str] = frozenset(),
 ) -> list[tuple[str, float]]:
     """The exact top `limit` as (id, score): score, then newer timestamp, then ascending id,
-    over the memories that pass the filters: `allowed` (None: all) holds the ids that pass the
-    filters the columns do not have (pinned, metadata), `excluded` the ids left out (the pinned
-    memories returned apart). `minScore` drops what ranks below it."""
+    over the memories that pass the filters (all on the columns); `excluded` holds the ids left
+    out (the pinned memories returned apart). `minScore` drops what ranks below it."""
     rows = columns.rows
     if rows == 0:
         return []
     eligible = columns.live[:rows].copy()
-    if allowed is not None:
-        eligible &= np.fromiter((i in allowed for i in columns.ids[:rows]), bool, rows)
+    if req.pinned is not UNSET:
+        eligible &= columns.pinned[:rows] == req.pinned
+    if req.metadata is not UNSET:
+        eligible &= tag_mask(columns, req.metadata)
     if excluded:
         eligible &= np.fromiter((i not in excluded for i in columns.ids[:rows]), bool, rows)
     if req.since is not UNSET:
@@ -203,28 +233,6 @@ def rank(
     found.sort(key=lambda item: (-item[0], -item[1], item[2]))
     floor = -1.0 if req.min_score is UNSET else req.min_score
     return [(memory_id, value) for value, _, memory_id in found[: req.limit] if value >= floor]
-
-
-def passing_ids(conn: apsw.Connection, tenant: str, req: RecallRequest) -> set[str] | None:
-    """The agent's ids that pass the filters the index has no column for (pinned, metadata);
-    None when neither is given."""
-    if req.pinned is UNSET and req.metadata is UNSET:
-        return None
-    where, params = "", list[Any]()
-    if req.pinned is not UNSET:
-        where, params = " AND pinned = ?", [int(req.pinned)]
-    rows = conn.execute(
-        "SELECT id, metadata FROM memories WHERE tenant = ? AND agent_id = ? "
-        f"AND forgotten_at IS NULL{where}",
-        (tenant, req.agent_id, *params),
-    )
-    wanted = None if req.metadata is UNSET else req.metadata
-    return {
-        str(memory_id)
-        for memory_id, metadata in rows
-        if wanted is None
-        or (metadata is not None and metadata_matches(wanted, msgspec.json.decode(str(metadata))))
-    }
 
 
 def pinned_memories(conn: apsw.Connection, tenant: str, agent_id: str) -> list[MemoryOut]:

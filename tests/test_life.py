@@ -233,3 +233,22 @@ async def test_recall_with_pinned_returns_the_core_memory_apart(client: Client) 
     assert "pinned" not in plain and len(plain["memories"]) == 2
     only = await client.ok("memory::recall", {"agentId": "a", "pinned": True})
     assert [m["id"] for m in only["memories"]] == [core]
+
+
+async def test_recalls_metadata_filter_compares_as_json_and_follows_updates(
+    client: Client,
+) -> None:
+    one = (await client.store("a", "count one", metadata={"n": 1, "o": {"b": 2, "a": [1]}}))["id"]
+    flag = (await client.store("a", "flag true", metadata={"n": True}))["id"]
+    assert len(await client.recall("a", "")) == 2  # the index is loaded
+
+    async def ids(metadata: dict[str, Any]) -> list[str]:
+        return [m["id"] for m in await client.recall("a", "", metadata=metadata)]
+
+    assert await ids({"n": 1.0}) == [one]
+    assert await ids({"n": True}) == [flag]
+    assert await ids({"o": {"a": [1.0], "b": 2}}) == [one]
+    assert await ids({"n": 2}) == []
+    await client.ok("memory::update", {"agentId": "a", "id": flag, "metadata": {"n": 1}})
+    assert sorted(await ids({"n": 1})) == sorted([one, flag])
+    assert await ids({"n": True}) == []

@@ -134,7 +134,7 @@ def test_top_k_equals_the_plain_python_formula_in_every_keyword_mode(
             (
                 str(memory["id"]), str(memory["role"]), None, int(str(memory["timestamp"])),
                 float(str(memory["importance"])), float(str(memory["confidence"])),
-                blob, None if blob is None else "test-model", str(memory["content"]), 0,
+                blob, None if blob is None else "test-model", str(memory["content"]), 0, None, 0,
             )
         )  # fmt: skip
     # Rows arrive as a load does them (postings in bulk), one by one as writes do, and in bulk
@@ -158,7 +158,20 @@ def test_top_k_equals_the_plain_python_formula_in_every_keyword_mode(
         index.remove(name)
     snapshot = index.columns()
     for n, late in enumerate(data.draw(st.lists(memory_strategy, max_size=5))):
-        late_row = (f"late{n}", "user", None, NOW, 0.5, 0.5, None, None, str(late["content"]), 0)
+        late_row = (
+            f"late{n}",
+            "user",
+            None,
+            NOW,
+            0.5,
+            0.5,
+            None,
+            None,
+            str(late["content"]),
+            0,
+            None,
+            0,
+        )
         index.upsert(late_row)
     ours = rank(snapshot, request, now=NOW, query_vector=qvec, keyword_mode=mode)
 

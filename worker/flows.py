@@ -106,7 +106,6 @@ def _recall(
         now=now,
         query_vector=query_vector,
         keyword_mode=s.keyword_mode,
-        allowed=recall_handler.passing_ids(conn, tenant, req),
         excluded=frozenset(memory.id for memory in pinned or ()),
     )
     if not ranked:

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable
+from typing import Any
 
+import msgspec
 import numpy as np
 
-from handlers.recall import ROLE_CODES, Columns, growth, static_part
+from handlers.recall import ROLE_CODES, Columns, canonical_json, growth, static_part
 from handlers.text import tokens
 from worker.recall_index.postings import GrowingPostings, PostingLists
 
 ROW_SQL = (
     "SELECT id, role, session_id, timestamp, importance, confidence, embedding, "
-    "embedding_model, content, access_count FROM memories"
+    "embedding_model, content, access_count, metadata, pinned FROM memories"
 )
-Row = tuple[str, str, str | None, int, float, float, bytes | None, str | None, str, int]
+Row = tuple[
+    str, str, str | None, int, float, float, bytes | None, str | None, str, int, str | None, int
+]
 # (tenant, agent_id): the same agentId in two tenants is two agents (contract section 15).
 AgentKey = tuple[str, str]
 
@@ -45,6 +49,11 @@ class AgentIndex:
         # Access counts live here first: a recall counts its accesses in memory and answers at
         # once; the database catches up in the writer's next batch.
         self.access = np.zeros(capacity, dtype=np.int64)
+        self.pinned = np.zeros(capacity, dtype=np.bool_)
+        # The metadata filter's lookup: (top-level key, canonical JSON value) -> the slots of
+        # the memories that have it. Append-only, like the slots, so that a ranking reading it
+        # without the lock sees at worst slots beyond its snapshot, which it ignores.
+        self.tags: dict[tuple[str, str], array[int]] = {}
         self.session_codes: dict[str, int] = {}
         self.vectors: dict[str, np.ndarray] = {}
         self.has_vector: dict[str, np.ndarray] = {}
@@ -53,7 +62,7 @@ class AgentIndex:
 
     _COLUMNS = (
         "live", "timestamp", "importance", "confidence", "role", "session", "static", "growth",
-        "access",
+        "access", "pinned",
     )  # fmt: skip
 
     def _set_scores(self, at: int, timestamp: int, importance: float, confidence: float) -> None:
@@ -121,6 +130,10 @@ class AgentIndex:
             code = self.session_codes.setdefault(session_id, len(self.session_codes))
             self.session[at] = code
         self._set_vector(at, row[6], row[7])
+        self.pinned[at] = bool(row[11])
+        if row[10] is not None:
+            for key, value in msgspec.json.decode(row[10], type=dict[str, Any]).items():
+                self.tags.setdefault((key, canonical_json(value)), array("i")).append(at)
         return at
 
     def _set_vector(self, at: int, blob: bytes | None, model: str | None) -> None:
@@ -166,6 +179,8 @@ class AgentIndex:
             vectors=dict(self.vectors),
             has_vector=dict(self.has_vector),
             postings=self.postings,
+            pinned=self.pinned,
+            tags=self.tags,
             static=self.static,
             growth=self.growth,
             anchor_ms=self.anchor_ms,
@@ -175,4 +190,5 @@ class AgentIndex:
         size = sum(getattr(self, name).nbytes for name in self._COLUMNS)
         size += sum(m.nbytes for m in self.vectors.values())
         size += self.postings.nbytes()
+        size += sum(100 + 4 * len(slots) for slots in self.tags.values())
         return int(size) + 120 * len(self.ids)

@@ -53,7 +53,7 @@ CREATE TEMP TRIGGER IF NOT EXISTS index_on_rescore
     ON main.memories BEGIN
     INSERT INTO index_changes VALUES (new.tenant, new.agent_id, new.id, 'upsert'); END;
 CREATE TEMP TRIGGER IF NOT EXISTS index_on_rewrite
-    AFTER UPDATE OF content, role, session_id ON main.memories BEGIN
+    AFTER UPDATE OF content, role, session_id, metadata, pinned ON main.memories BEGIN
     INSERT INTO index_changes VALUES (old.tenant, old.agent_id, old.id, 'delete');
     INSERT INTO index_changes VALUES (new.tenant, new.agent_id, new.id, 'upsert'); END;
 CREATE TEMP TRIGGER IF NOT EXISTS index_on_move
