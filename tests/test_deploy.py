@@ -129,3 +129,21 @@ async def test_only_the_worker_account_may_serve_memory_subjects(tmp_path: Path)
         finally:
             await app.stop()
         await client.close()
+
+
+def test_the_shipped_nats_config_exports_and_imports_every_trigger() -> None:
+    """A new trigger is reachable from tenants only once the config exports it, each tenant
+    imports it with share (so that the worker learns the caller) and its users may publish it."""
+    from worker.registry import ROUTES
+
+    text = CONF.read_text(encoding="utf-8")
+    exported = set(re.findall(r'\{ service: "([^"]+)" \}', text))
+    imports = re.findall(r'\{ service: \{ account: MEMORY, subject: "([^"]+)" \}, share: true \}',
+                         text)  # fmt: skip
+    publish = re.search(r"TENANT_PUBLISH: \{(.*?)\}", text, re.S)
+    assert publish is not None
+    for route in ROUTES:
+        subject = route.subject()
+        assert subject in exported, subject
+        assert imports.count(subject) == 2, subject  # TEAM_A and TEAM_B
+        assert f'"{subject}"' in publish.group(1), subject
