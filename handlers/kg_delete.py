@@ -8,6 +8,7 @@ Counts are of relations as added, not of stored rows: a removed pair counts once
 from __future__ import annotations
 
 import apsw
+import msgspec
 from msgspec import UNSET
 
 from handlers.audit import Change
@@ -16,9 +17,20 @@ from schema.base import Agent, agent_of
 from schema.errors import InvalidRequest
 from schema.life import KgDeleteReply, KgDeleteRequest
 
+Edge = tuple[str, str, str]  # (source, type, target), one stored row
 
-def kg_delete(conn: apsw.Connection, req: KgDeleteRequest, *, now: int) -> KgDeleteReply:
-    """A write without a clock: `now` is the registry's calling convention, unused."""
+
+class KgDeletion(msgspec.Struct, frozen=True):
+    """A delete decided: the stored relation rows to remove, the entity (if one is named and
+    exists) and the reply's counts."""
+
+    agent: Agent
+    edges: list[Edge]
+    entity: str | None
+    relations: int
+
+
+def plan_kg_delete(conn: apsw.Connection, req: KgDeleteRequest) -> KgDeletion:
     if (req.entity_id is UNSET) == (req.relations is UNSET):
         raise InvalidRequest(
             "kg::delete takes either `entityId` or `relations`, not both and not neither "
@@ -26,38 +38,55 @@ def kg_delete(conn: apsw.Connection, req: KgDeleteRequest, *, now: int) -> KgDel
         )
     agent = agent_of(req)
     if req.entity_id is not UNSET:
-        return _delete_entity(conn, agent, req.entity_id)
+        edges = _edges(conn, agent, "source = ? OR target = ?", (req.entity_id, req.entity_id))
+        found = conn.execute(
+            "SELECT 1 FROM kg_entities WHERE tenant = ? AND agent_id = ? AND id = ?",
+            (*agent, req.entity_id),
+        ).fetchone()
+        entity = req.entity_id if found is not None else None
+        return KgDeletion(agent, edges, entity, count_as_added([t for _, t, _ in edges]))
     assert req.relations is not UNSET
-    removed = 0
+    edges, removed = [], 0
     for relation in req.relations:
-        rows = _delete_relations(
+        pair = _edges(
             conn,
             agent,
             "(source = ? AND type = ? AND target = ?) OR (source = ? AND type = ? AND target = ?)",
             (relation.source, relation.type, relation.target,
              relation.target, inverse_of(relation.type), relation.source),
         )  # fmt: skip
-        removed += 1 if rows else 0
-    return KgDeleteReply(entities=0, relations=removed)
+        fresh = [edge for edge in pair if edge not in edges]
+        edges += fresh
+        removed += 1 if fresh else 0
+    return KgDeletion(agent, edges, None, removed)
 
 
-def _delete_entity(conn: apsw.Connection, agent: Agent, entity_id: str) -> KgDeleteReply:
-    types = _delete_relations(conn, agent, "source = ? OR target = ?", (entity_id, entity_id))
-    conn.execute(
-        "DELETE FROM kg_entities WHERE tenant = ? AND agent_id = ? AND id = ?", (*agent, entity_id)
+def apply_kg_delete(conn: apsw.Connection, plan: KgDeletion) -> KgDeleteReply:
+    conn.executemany(
+        "DELETE FROM kg_relations WHERE tenant = ? AND agent_id = ? AND source = ? AND type = ? "
+        "AND target = ?",
+        [(*plan.agent, *edge) for edge in plan.edges],
     )
-    return KgDeleteReply(entities=conn.changes(), relations=count_as_added(types))
+    if plan.entity is not None:
+        conn.execute(
+            "DELETE FROM kg_entities WHERE tenant = ? AND agent_id = ? AND id = ?",
+            (*plan.agent, plan.entity),
+        )
+    return KgDeleteReply(entities=int(plan.entity is not None), relations=plan.relations)
 
 
-def _delete_relations(
-    conn: apsw.Connection, agent: Agent, where: str, params: tuple[str, ...]
-) -> list[str]:
-    """Delete the agent's relation rows matching `where`; the types of those deleted."""
+def kg_delete(conn: apsw.Connection, req: KgDeleteRequest, *, now: int) -> KgDeleteReply:
+    """Decide and apply in one transaction. `now`: the registry's convention, unused."""
+    return apply_kg_delete(conn, plan_kg_delete(conn, req))
+
+
+def _edges(conn: apsw.Connection, agent: Agent, where: str, params: tuple[str, ...]) -> list[Edge]:
+    """The agent's relation rows matching `where`."""
     return [
-        str(row[0])
+        (str(row[0]), str(row[1]), str(row[2]))
         for row in conn.execute(
-            f"DELETE FROM kg_relations WHERE tenant = ? AND agent_id = ? AND ({where}) "
-            "RETURNING type",
+            "SELECT source, type, target FROM kg_relations WHERE tenant = ? AND agent_id = ? "
+            f"AND ({where}) ORDER BY seq",
             (*agent, *params),
         )
     ]

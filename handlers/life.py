@@ -107,33 +107,55 @@ def apply_marks(conn: apsw.Connection, plan: Marked, *, forget: bool) -> None:
     )
 
 
-def delete_memories(conn: apsw.Connection, req: DeleteRequest) -> tuple[list[str], list[str]]:
-    """Delete the agent's memories among the ids, with their session references, as eviction
-    removes them; (deleted, missing)."""
+class Deletion(msgspec.Struct, frozen=True):
+    """A delete decided: the agent's memories to remove, and the ids asked that are not its."""
+
+    agent: Agent
+    ids: list[str]
+    missing: list[str]
+
+
+def plan_delete(conn: apsw.Connection, req: DeleteRequest) -> Deletion:
     asked = _asked(req)
     agent = agent_of(req)
+    found = _rows(conn, agent, asked)
+    return Deletion(agent, [i for i in asked if i in found], [i for i in asked if i not in found])
+
+
+def apply_delete(conn: apsw.Connection, plan: Deletion) -> list[str]:
+    """Remove the decided memories with their session references, as eviction removes them;
+    those removed (a replay after they went removes none)."""
     gone = [
         str(row[0])
         for row in conn.executemany(
             "DELETE FROM memories WHERE tenant = ? AND agent_id = ? AND id = ? RETURNING id",
-            [(*agent, i) for i in asked],
+            [(*plan.agent, i) for i in plan.ids],
         )
     ]
-    remove_memories(conn, agent, gone)
-    deleted = set(gone)
-    return gone, [i for i in asked if i not in deleted]
+    remove_memories(conn, plan.agent, gone)
+    return gone
 
 
-def erase_agent(conn: apsw.Connection, req: EraseRequest, *, now: int) -> EraseReply:
-    """Everything of the agent, its audit rows included (the erasure's own row is recorded
-    after it, in the same transaction). `now`: the registry's convention, unused."""
+class Erasure(msgspec.Struct, frozen=True):
+    """An erasure decided: whose."""
+
+    agent: Agent
+
+
+def plan_erase(req: EraseRequest) -> Erasure:
     if req.confirm != req.agent_id:
         raise InvalidRequest("confirm: must repeat agentId to erase it - at `$.confirm`")
-    agent = agent_of(req)
+    return Erasure(agent_of(req))
+
+
+def apply_erase(conn: apsw.Connection, plan: Erasure) -> EraseReply:
+    """Everything of the agent, its audit rows included (the erasure's own row is recorded
+    after it, in the same transaction)."""
 
     def gone(table: str, returning: str = "1") -> list[Any]:
         return conn.execute(
-            f"DELETE FROM {table} WHERE tenant = ? AND agent_id = ? RETURNING {returning}", agent
+            f"DELETE FROM {table} WHERE tenant = ? AND agent_id = ? RETURNING {returning}",
+            plan.agent,
         ).fetchall()
 
     gone("session_messages")
@@ -147,6 +169,11 @@ def erase_agent(conn: apsw.Connection, req: EraseRequest, *, now: int) -> EraseR
     )
     gone("audit")
     return reply
+
+
+def erase_agent(conn: apsw.Connection, req: EraseRequest, *, now: int) -> EraseReply:
+    """Decide and apply in one transaction. `now`: the registry's convention, unused."""
+    return apply_erase(conn, plan_erase(req))
 
 
 def erase_changes(req: EraseRequest, reply: EraseReply) -> list[Change]:

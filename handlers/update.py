@@ -17,7 +17,7 @@ from msgspec import UNSET
 
 from handlers.life import MEMORY_COLUMNS, memory_out
 from handlers.store import Embedding, check_store, content_hash
-from schema.base import agent_of
+from schema.base import Agent, agent_of
 from schema.errors import Conflict, InvalidRequest, NotFound
 from schema.life import UpdateReply, UpdateRequest
 from schema.memory import StoreRequest
@@ -40,9 +40,17 @@ def check_update(req: UpdateRequest, max_content_bytes: int) -> None:
         check_store(as_store, max_content_bytes)
 
 
-def update(
-    conn: apsw.Connection, req: UpdateRequest, *, now: int, embedding: Embedding | None = None
-) -> UpdateReply:
+class Correction(msgspec.Struct, frozen=True):
+    """An update decided: the memory and the columns it gets, vector included."""
+
+    agent: Agent
+    id: str
+    columns: dict[str, Any]
+
+
+def plan_update(
+    conn: apsw.Connection, req: UpdateRequest, *, embedding: Embedding | None = None
+) -> Correction:
     agent = agent_of(req)
     row = conn.execute(
         "SELECT forgotten_at FROM memories WHERE tenant = ? AND agent_id = ? AND id = ?",
@@ -51,8 +59,7 @@ def update(
     if row is None or row[0] is not None:
         state = "not found" if row is None else "forgotten (unforget it first)"
         raise NotFound(f"memory `{req.id}` of agent `{req.agent_id}` {state} - at `$.id`")
-    sets: list[str] = []
-    params: list[Any] = []
+    columns: dict[str, Any] = {}
     if req.content is not UNSET:
         digest = content_hash(req.content)
         clash = conn.execute(
@@ -61,23 +68,28 @@ def update(
         ).fetchone()
         if clash is not None:
             raise Conflict(f"memory `{clash[0]}` of the agent has this content - at `$.content`")
-        vector = None if embedding is None else embedding[1].astype(np.float32).tobytes()
-        sets += ["content = ?", "hash = ?", "embedding = ?", "embedding_model = ?"]
-        params += [req.content, digest, vector, None if embedding is None else embedding[0]]
+        columns |= {
+            "content": req.content,
+            "hash": digest,
+            "embedding": None if embedding is None else embedding[1].astype(np.float32).tobytes(),
+            "embedding_model": None if embedding is None else embedding[0],
+        }
     if req.importance is not UNSET:
-        sets.append("importance = ?")
-        params.append(req.importance)
+        columns["importance"] = req.importance
     if req.metadata is not UNSET:
-        sets.append("metadata = ?")
-        params.append(msgspec.json.encode(req.metadata).decode())
+        columns["metadata"] = msgspec.json.encode(req.metadata).decode()
     if req.pinned is not UNSET:
-        sets.append("pinned = ?")
-        params.append(int(req.pinned))
+        columns["pinned"] = int(req.pinned)
+    return Correction(agent, req.id, columns)
+
+
+def apply_update(conn: apsw.Connection, plan: Correction) -> UpdateReply:
+    sets = ", ".join(f"{column} = ?" for column in plan.columns)
     conn.execute(
-        f"UPDATE memories SET {', '.join(sets)} WHERE tenant = ? AND agent_id = ? AND id = ?",
-        (*params, *agent, req.id),
+        f"UPDATE memories SET {sets} WHERE tenant = ? AND agent_id = ? AND id = ?",
+        (*plan.columns.values(), *plan.agent, plan.id),
     )
     [updated] = conn.execute(
-        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (req.id,)
+        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (plan.id,)
     ).fetchall()
     return UpdateReply(memory=memory_out(updated))

@@ -8,9 +8,8 @@ import apsw
 from msgspec import UNSET
 
 from handlers.audit import Change
-from handlers.life import Marked, apply_marks, delete_memories, plan_forget
-from handlers.update import check_update
-from handlers.update import update as apply_update
+from handlers.life import Marked, apply_delete, apply_marks, plan_delete, plan_forget
+from handlers.update import apply_update, check_update, plan_update
 from schema.base import agent_of, tenant_of
 from schema.life import (
     DeleteReply,
@@ -52,12 +51,12 @@ async def unforget(s: Services, req: UnforgetRequest) -> UnforgetReply:
 
 
 async def delete(s: Services, req: DeleteRequest) -> DeleteReply:
+    def job(conn: apsw.Connection) -> tuple[list[str], list[str]]:
+        plan = plan_delete(conn, req)
+        return apply_delete(conn, plan), plan.missing
+
     deleted, missing = await s.writer.run(
-        audited(
-            lambda conn: delete_memories(conn, req),
-            lambda done: [Change(agent_of(req), done[0])],
-            s.clock,
-        )
+        audited(job, lambda done: [Change(agent_of(req), done[0])], s.clock)
     )
     return DeleteReply(deleted=len(deleted), missing=missing)
 
@@ -71,7 +70,7 @@ async def update(s: Services, req: UpdateRequest) -> UpdateReply:
         embedding = None if vector is None else (s.embedder.name, vector)
     reply = await s.writer.run(
         audited(
-            lambda conn: apply_update(conn, req, now=s.clock(), embedding=embedding),
+            lambda conn: apply_update(conn, plan_update(conn, req, embedding=embedding)),
             lambda done: [Change(agent_of(req), [done.memory.id])],
             s.clock,
         )
