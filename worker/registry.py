@@ -40,6 +40,7 @@ from schema.life import (
 from schema.memory import ConsolidateRequest, EvictRequest, RecallRequest, StoreRequest
 from schema.session import CompactRequest, RepairRequest, SessionListRequest
 from schema.stats import StatsRequest
+from schema.switch import ToggleRequest
 from worker import flows, maintenance
 from worker import life as worker_life
 from worker.services import Services
@@ -152,6 +153,7 @@ ROUTES: tuple[Route, ...] = (
         audit=life.erase_changes,
         ingest=True,
     ),
+    Route("memory::toggle", ToggleRequest, worker_life.toggle, on=FLOW, ingest=True),
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}
 INGESTED = {route.ingest_verb: route.trigger for route in ROUTES if route.ingest}
