@@ -93,7 +93,7 @@ REDACTING: tuple[Rule, ...] = (
             _NOT_INSIDE_TOKEN
             + r"(?:gh[opsur]_[A-Za-z0-9]{36,255}+|github_pat_[A-Za-z0-9_]{22,255}+)"
         ),
-        hints=("gh",),
+        hints=("gh", "github_pat_"),
     ),
     Rule(
         "secret.slack",
@@ -193,7 +193,7 @@ REDACTING: tuple[Rule, ...] = (
     Rule(
         "phone.national",
         "phone",
-        re.compile(_NOT_INSIDE_NUMBER + r"0[0-9]{1,4}(?:[ -][0-9]{2,6}){1,4}" + _NUMBER_ENDS),
+        re.compile(_NOT_INSIDE_NUMBER + r"0[0-9]{1,4}(?:[ -][0-9]{2,8}){1,4}" + _NUMBER_ENDS),
         checks.phone_national,
         hints=("0",),
     ),
