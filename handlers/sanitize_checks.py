@@ -111,13 +111,14 @@ PASSWORD_NAMES = ("password", "passwd", "pwd", "passphrase")
 
 
 def assigned(match: re.Match[str]) -> bool:
-    """A password needs only to be more than a word; a token or key must look random. Values
-    that name something else (`$VAR`, `%(x)s`, `{{x}}`, `<your-key>`, `****`) are kept."""
+    """A password needs only to be more than a word (`password: none` and `Password: Kindness`
+    are kept, `password: 12345678` is not); a token or key must look random. Values that name
+    something else (`$VAR`, `%(x)s`, `{{x}}`, `<your-key>`, `****`) are kept."""
     value = match.group("value")
     if value[0] in "$%{<*" or set(value) <= {"x", "X", "*", "."}:
         return False
     if match.group("key").lower() in PASSWORD_NAMES:
-        return len(value) >= 6 and character_classes(value) >= 2
+        return len(value) >= 6 and not re.fullmatch(r"[A-Za-z][a-z]*", value)
     return looks_random(value, min_length=12)
 
 

@@ -94,6 +94,7 @@ POSITIVES: list[tuple[str, str, str]] = [
         "client_secret = '[redacted:secret]'",
     ),
     ("secret.assigned", "passwd:Qwerty123", "passwd:[redacted:secret]"),
+    ("secret.assigned", "pwd = 12345678", "pwd = [redacted:secret]"),
 ]
 
 # Text that looks like something a rule redacts and must come back untouched.
@@ -123,7 +124,7 @@ NEAR_MISSES: list[str] = [
     "eyJhbGciOiJIUzI1NiJ9 alone is a header, eyJ.eyJ. is nothing",
     "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkq\n-----END PUBLIC KEY-----",
     "-----BEGIN CERTIFICATE-----\nMIIDdzCCAl+g\n-----END CERTIFICATE-----",
-    "password: kindness",  # one class of character: a word, not a password
+    "password: kindness; Password: Kindness; password: none",  # words, not passwords
     "The secret: be yourself. token: 5",
     "api_key=$API_KEY password=${DB_PASSWORD} token=<your-token> secret=********",
     "https://example.com:8080/path and http://user@host/",
