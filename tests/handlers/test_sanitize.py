@@ -284,3 +284,21 @@ def test_a_rules_hints_are_in_every_text_it_matches() -> None:
         for text in texts:
             if rule.pattern.search(text):
                 assert rule.may_match(text.lower()), (rule.name, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(alphabet=st.characters(codec="utf-8"), max_size=300)
+    | st.from_regex(r"[\w@.:+()/ -]{0,120}", fullmatch=True)
+)
+def test_any_text_is_sanitised_without_error_and_the_modes_keep_their_promises(text: str) -> None:
+    """No validator raises on what its pattern lets through; flag mode never changes the text
+    and flags exactly the types redact counts; off is the identity."""
+    redacted = sanitize(text, "redact")
+    flagged = sanitize(text, "flag")
+    assert flagged.text == text and flagged.redactions == {}
+    assert flagged.flags == sorted(
+        {f"pii:{kind}" for kind in redacted.redactions} | set(redacted.flags)
+    )
+    assert all(count > 0 for count in redacted.redactions.values())
+    assert sanitize(text, "off") == (text, {}, [], ())
