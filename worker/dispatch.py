@@ -16,28 +16,25 @@ import structlog
 
 from handlers.audit import Call
 from schema.errors import Internal, InvalidRequest, Unavailable, WorkerError, error_reply
-from worker.audit import CALL, audited
+from worker.audit import CALL
 from worker.db import DAMAGED
 from worker.json_keys import duplicate_key
 from worker.locate import refusal
-from worker.registry import READER, WRITER, Route
+from worker.registry import READER, Route
 from worker.services import Services
 from worker.telemetry import Telemetry, TriggerStats
 from worker.tenancy import ADMIN, Caller, caller_of, scoped, untenanted
+from worker.writes import commit
 
 log = structlog.get_logger()
 
 
 async def execute(services: Services, route: Route, request: Any) -> Any:
-    """Run the route's function where its row says: a pure handler in one transaction on the
-    writer, or on a reader, given the time; a flow with the services."""
-    if route.on == WRITER:
-        job = audited(
-            lambda conn: route.run(conn, request, now=services.clock()),
-            lambda reply: () if route.audit is None else route.audit(request, reply),
-            services.clock,
-        )
-        return await services.writer.run(job)
+    """Run the route's function where its row says: a write's decide and apply steps in one
+    transaction on the writer (worker/writes.py), a pure read on a reader, given the time; a
+    flow with the services."""
+    if route.writes is not None:
+        return await commit(services, route.trigger, route.writes, request)
     if route.on == READER:
         return await services.readers.run(
             lambda conn: route.run(conn, request, now=services.clock())

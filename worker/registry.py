@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import KW_ONLY, dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 from handlers import audit, kg, kg_delete, life, listing, session
@@ -44,6 +45,7 @@ from schema.switch import ToggleRequest
 from worker import flows, maintenance
 from worker import life as worker_life
 from worker.services import Services
+from worker.writes import Write, requested
 
 Where = Literal["writer", "reader", "flow"]
 WRITER: Where = "writer"
@@ -72,6 +74,24 @@ class Route:
     # A write that fire-and-forget publishers may also send through durable ingestion, on
     # `memory.ingest.<verb>` (worker/ingest.py).
     ingest: bool = False
+    # For a WRITER route whose decision is more than its request and time: its decide and
+    # apply steps (worker/writes.py). Without it, a WRITER route's decision is the request.
+    write: Write[Any, Any] | None = None
+
+    @cached_property
+    def writes(self) -> Write[Any, Any] | None:
+        """How the route writes, as decide and apply, or None for a read or a flow."""
+        if self.on != WRITER:
+            return None
+        if self.write is not None:
+            return self.write
+        audit = self.audit
+        return requested(
+            self.request_type,
+            self.run,
+            reply=lambda request, reply: reply,
+            changes=lambda request, reply: () if audit is None else audit(request, reply),
+        )
 
     @property
     def groups(self) -> tuple[str, ...]:
