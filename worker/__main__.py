@@ -11,8 +11,8 @@ from typing import Any, NoReturn
 
 import apsw
 
-from worker import client
-from worker.client import EXIT_CODES, Exit
+from worker import commands
+from worker.commands import EXIT_CODES, Exit
 from worker.config import ConfigError, load_config, nats_url_problem
 from worker.db import DatabaseTooNew, migrate, open_db, unusable
 from worker.logs import configure_logging
@@ -20,7 +20,7 @@ from worker.redact import redact
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse exits 2 on a usage error; 2 is "no worker answered" here (worker/client.py),
+    """argparse exits 2 on a usage error; 2 is "no worker answered" here (worker/commands.py),
     so usage errors get EX_USAGE (64) like the ones found after parsing."""
 
     def error(self, message: str) -> NoReturn:
@@ -107,11 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return 0
     if args.command == "fire":
-        return client.fire(config, args)
+        return commands.fire(config, args)
     if args.command == "stats":
-        return client.stats(config, args)
+        return commands.stats(config, args)
     if args.command == "check":
-        return client.check(config, args)
+        return commands.check(config, args)
     if args.command == "backup":
         from worker.backup import backup_database
 
