@@ -27,6 +27,7 @@ from worker.bench.corpus import Corpus
 from worker.bench.evict import eviction_rows, measure_eviction
 from worker.bench.filtered import filtered_rows, measure_filtered
 from worker.bench.locomo import measure_locomo
+from worker.bench.overhead import client_rows, measure_client_overhead
 from worker.embedded import EmbeddedServer
 from worker.tenancy import REQUEST_INFO, caller_of
 
@@ -128,6 +129,11 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
     if args.filtered:
         results["filtered"] = await measure_filtered(
             client, corpus, args.filtered, args.concurrency
+        )
+    if args.client:
+        tenant = "BENCH" if args.tenancy == "account" else None  # administrative, for BENCH
+        results["client_overhead"] = await measure_client_overhead(
+            url, args.subject_prefix, args.client, tenant
         )
     if args.locomo:
         results["locomo"] = await measure_locomo(
@@ -245,6 +251,7 @@ def table(results: dict[str, Any]) -> str:
         ("worker RSS before / after MB", f"{results['rss_before_mb']} / {results['rss_after_mb']}"),
         *eviction_rows(results),
         *filtered_rows(results),
+        *client_rows(results),
     ]
     if "locomo" in results:
         quality = results["locomo"]
@@ -283,6 +290,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="memories in one agent for recall with a 1%% filter and list paging (0: skip)",
+    )
+    parser.add_argument(
+        "--client",
+        type=int,
+        default=0,
+        help="calls timed for the Python client's overhead over raw nats-py requests (0: skip)",
     )
     parser.add_argument("--locomo", help="a LoCoMo-format JSON file (../shared/bench/)")
     parser.add_argument("--nats-url", help="bench the worker serving on this server instead")
