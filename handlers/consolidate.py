@@ -12,6 +12,7 @@ import msgspec
 
 from handlers.audit import Change
 from handlers.evict import scope_of
+from handlers.switch import SWITCHED_ON
 from schema.base import Agent
 from schema.memory import ConsolidateReply, ConsolidateRequest
 
@@ -30,8 +31,8 @@ class DecayPlan(msgspec.Struct, frozen=True):
     ranges: list[tuple[int, int]]
 
 
-# A pinned memory never decays.
-RULE = "last_accessed < ? AND confidence > ? AND pinned = 0"
+# A pinned memory never decays, nor do the memories of an agent whose memory is switched off.
+RULE = "last_accessed < ? AND confidence > ? AND pinned = 0" + SWITCHED_ON
 
 
 def plan_decay(

@@ -31,6 +31,7 @@ from schema.life import (
 from schema.memory import ConsolidateRequest, EvictRequest, RecallRequest, StoreRequest
 from schema.session import CompactRequest, RepairRequest, SessionListRequest
 from schema.stats import StatsRequest
+from schema.switch import ToggleRequest
 from tests.conftest import worker_config
 from worker.app import App
 from worker.client import METHODS, MemoryClient
@@ -64,6 +65,7 @@ async def test_every_method_is_answered_by_a_live_worker(nats_url: str, worker: 
         )
         assert stored.stored
         other = await memory.store(StoreRequest(agent_id="a", content="Lunch is at noon"))
+        assert stored.id is not None and other.id is not None
         found = await memory.recall(RecallRequest(agent_id="a", query="deploy key"))
         assert found.memories[0].id == stored.id
         got = await memory.get(GetRequest(agent_id="a", ids=[stored.id, "nope"]))
@@ -94,6 +96,10 @@ async def test_every_method_is_answered_by_a_live_worker(nats_url: str, worker: 
         assert (await memory.stats(StatsRequest())).memories == 1
         events = await memory.audit(AuditRequest(agent_id="a"))
         assert "memory::forget" in {e.trigger for e in events.events}
+        assert (await memory.toggle(ToggleRequest(agent_id="a", enabled=False))).enabled is False
+        switched_off = await memory.store(StoreRequest(agent_id="a", content="not kept"))
+        assert switched_off.disabled and switched_off.id is None
+        assert (await memory.toggle(ToggleRequest(agent_id="a", enabled=True))).enabled
         erased = await memory.erase(EraseRequest(agent_id="a", confirm="a"))
         assert erased.memories == 1
         assert b'"memories":[]' in await memory.request("memory::list", b'{"agentId": "a"}')
@@ -114,6 +120,7 @@ async def test_a_refusal_is_raised_as_the_workers_error_class_naming_the_field(
         assert missing.value.status == "404" and "nope" in missing.value.message
         first = await memory.store(StoreRequest(agent_id="a", content="one"))
         second = await memory.store(StoreRequest(agent_id="a", content="two"))
+        assert second.id is not None
         with pytest.raises(Conflict):
             await memory.update(UpdateRequest(agent_id="a", id=second.id, content="one"))
         with pytest.raises(InvalidRequest):

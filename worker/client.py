@@ -68,6 +68,7 @@ from schema.session import (
     SessionListRequest,
 )
 from schema.stats import StatsReply, StatsRequest
+from schema.switch import ToggleReply, ToggleRequest
 from worker.client_errors import (
     BadReply,
     NoWorker,
@@ -106,6 +107,7 @@ METHODS = {
     "memory::unforget": "unforget",
     "memory::delete": "delete",
     "memory::erase": "erase",
+    "memory::toggle": "toggle",
 }
 
 
@@ -324,3 +326,6 @@ class MemoryClient:
 
     async def erase(self, request: EraseRequest, *, timeout: float | None = None) -> EraseReply:
         return await self._call("memory::erase", request, EraseReply, timeout)
+
+    async def toggle(self, request: ToggleRequest, *, timeout: float | None = None) -> ToggleReply:
+        return await self._call("memory::toggle", request, ToggleReply, timeout)

@@ -66,6 +66,7 @@ from schema.session import (
     SessionListRequest,
 )
 from schema.stats import StatsReply, StatsRequest
+from schema.switch import ToggleReply, ToggleRequest
 from worker import flows, maintenance
 from worker import life as worker_life
 from worker.services import Services
@@ -250,6 +251,14 @@ ROUTES: tuple[Route, ...] = (
         on=WRITER,
         reply_type=EraseReply,
         audit=life.erase_changes,
+        ingest=True,
+    ),
+    Route(
+        "memory::toggle",
+        ToggleRequest,
+        worker_life.toggle,
+        on=FLOW,
+        reply_type=ToggleReply,
         ingest=True,
     ),
 )

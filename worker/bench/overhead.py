@@ -38,7 +38,8 @@ async def measure_client_overhead(
             (await memory.store(StoreRequest(agent_id=CLIENT_AGENT, content=text, **extra))).id
             for text in (corpus.text(8, 30) for _ in range(MEMORIES))
         ]
-        get = GetRequest(agent_id=CLIENT_AGENT, ids=ids[:1], **extra)
+        assert isinstance(ids[0], str)
+        get = GetRequest(agent_id=CLIENT_AGENT, ids=[ids[0]], **extra)
         recall = RecallRequest(agent_id=CLIENT_AGENT, query=corpus.text(3, 5), **extra)
         figures: dict[str, Any] = {"calls": calls}
         for name, trigger, request, method in (
