@@ -170,3 +170,27 @@ def check(config: Config, args: argparse.Namespace) -> Exit:
         )
         return Exit.ERROR_REPLY
     return Exit.OK
+
+
+def mcp(config: Config, args: argparse.Namespace) -> Exit:
+    """Check the agent options, then serve (worker/mcp_server.py) until the client leaves."""
+    import msgspec
+
+    from schema.base import AgentId
+
+    if args.http is None and (args.agent is None or args.agent_header is not None):
+        print("memory-worker mcp: give --agent (--agent-header is for --http)", file=sys.stderr)
+        return Exit.USAGE
+    if (args.agent is None) == (args.agent_header is None):
+        print("memory-worker mcp: give one of --agent and --agent-header", file=sys.stderr)
+        return Exit.USAGE
+    if args.agent is not None:
+        try:
+            msgspec.convert(args.agent, AgentId)
+        except msgspec.ValidationError as error:
+            print(f"memory-worker mcp: --agent: {error}", file=sys.stderr)
+            return Exit.USAGE
+    from worker.mcp_server import serve
+
+    serve(config, args, client_url(config, args.nats_url))
+    return Exit.OK
