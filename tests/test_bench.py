@@ -33,14 +33,14 @@ TINY_LOCOMO = [
 
 def test_bench_prints_store_recall_echo_rss_and_locomo_figures(tmp_path: Path) -> None:
     """A small run with --json: every figure is present (the Python client's against raw
-    requests too), positive where it must be, and the tiny LoCoMo file's two answerable
-    questions are both found in the top 5."""
+    requests, and the MCP round trip, too), positive where it must be, and the tiny LoCoMo
+    file's two answerable questions are both found in the top 5."""
     locomo = tmp_path / "tiny.json"
     locomo.write_text(json.dumps(TINY_LOCOMO), encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-m", "worker", "bench", "--embedder", "none", "--memories", "200",
          "--recalls", "20", "--echo", "50", "--evict", "300", "--filtered", "300", "--json",
-         "--client", "30", "--locomo", str(locomo)],
+         "--client", "30", "--mcp", "20", "--locomo", str(locomo)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -66,6 +66,9 @@ def test_bench_prints_store_recall_echo_rss_and_locomo_figures(tmp_path: Path) -
         for path in ("raw", "client"):
             assert 0 < overhead[trigger][path]["p50_ms"] <= overhead[trigger][path]["p99_ms"]
         assert overhead[trigger]["ratio"] > 0
+    trip = results["mcp"]
+    assert trip["calls"] == 20
+    assert 0 < trip["memory_search"]["p50_ms"] <= trip["memory_search"]["p99_ms"]
     quality = results["locomo"]
     assert quality["questions"] == 2
     assert quality["recall@5"] == 1.0 and quality["recall@10"] == 1.0
