@@ -96,3 +96,36 @@ async def test_bench_measures_a_running_worker_given_by_nats_url_and_subject_pre
     results = json.loads(out.decode().strip().splitlines()[-1])
     assert results["echo"]["p50_ms"] > 0 and results["recall"]["p50_ms"] > 0
     assert results["store"]["per_second"] > 0
+
+
+def test_bench_sanitize_prints_false_positives_cost_per_turn_and_the_worst_adversarial_input(
+    tmp_path: Path,
+) -> None:
+    """--sanitize measures the sanitiser alone: the tiny file's ordinary turns come through
+    untouched, a turn holding an address is counted under its rule, and the cost and the worst
+    of the adversarial inputs (small here) are printed, as a table and as JSON."""
+    sample = json.loads(json.dumps(TINY_LOCOMO[0]))
+    sample["conversation"]["session_1"].append(
+        {"speaker": "Bob", "dia_id": "D1:4", "text": "Mail me at bob@example.com please."}
+    )
+    locomo = tmp_path / "tiny.json"
+    locomo.write_text(json.dumps([sample]), encoding="utf-8")
+    command = [sys.executable, "-m", "worker", "bench", "--sanitize", "--sanitize-kib", "8",
+               "--locomo", str(locomo)]  # fmt: skip
+    done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    found = results["false_positives"]
+    assert found["turns"] == 4 and found["touched"] == 1 and found["by_rule"] == {"email": 1}
+    assert "bob@example.com" in found["examples"]["email"][0]
+    assert results["ordinary_numbers"]["touched"] == 0
+    assert 0 < results["order_numbers_as_cards"] < 0.2
+    assert 0 < results["per_turn"]["p50_us"] <= results["per_turn"]["p99_us"]
+    worst = results["adversarial"]
+    assert worst["size"] == 8192 and worst["worst_input"] in worst["seconds"]
+    assert worst["worst_s"] == max(worst["seconds"].values())
+    table = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr
+    assert "LoCoMo turns: changed or flagged  1 of 4" in table.stdout
+    assert "sanitize(turn) p50 / p99 / max us" in table.stdout
+    assert "worst adversarial 8 KiB input" in table.stdout

@@ -20,7 +20,7 @@ from nats.micro import add_service
 from nats.micro.request import Request as MicroRequest
 from nats.micro.service import EndpointConfig, Group, GroupManager, Service
 
-from worker.config import Config
+from worker.config import Config, nats_urls
 from worker.dispatch import Dispatcher
 from worker.redact import redact
 from worker.registry import Route, prefix_groups
@@ -140,7 +140,7 @@ async def connect(
 
     connecting = asyncio.ensure_future(
         nats.connect(
-            url,
+            nats_urls(url),
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
             error_cb=on_error,
@@ -181,7 +181,11 @@ async def _connect_once(url: str, config: Config, options: dict[str, Any], timeo
 
     connecting = asyncio.ensure_future(
         nats.connect(
-            url, allow_reconnect=False, max_reconnect_attempts=1, error_cb=on_error, **options
+            nats_urls(url),
+            allow_reconnect=False,
+            max_reconnect_attempts=1,
+            error_cb=on_error,
+            **options,
         )
     )
     waiting: list[asyncio.Future[Any]] = [connecting, failure]

@@ -29,6 +29,7 @@ from worker.bench.filtered import filtered_rows, measure_filtered
 from worker.bench.locomo import measure_locomo
 from worker.bench.mcp_trip import mcp_rows, measure_mcp_round_trip
 from worker.bench.overhead import client_rows, measure_client_overhead
+from worker.bench.sanitize import run_sanitize
 from worker.embedded import EmbeddedServer
 from worker.tenancy import REQUEST_INFO, caller_of
 
@@ -312,12 +313,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="memory_search calls timed over stdio through `memory-worker mcp` (0: skip)",
     )
     parser.add_argument("--locomo", help="a LoCoMo-format JSON file (../shared/bench/)")
+    parser.add_argument(
+        "--sanitize",
+        action="store_true",
+        help="only the sanitiser: false positives on LoCoMo (--locomo, or the dev split in "
+        "../shared/bench/), cost per turn, worst adversarial input",
+    )
+    parser.add_argument(
+        "--sanitize-kib", type=int, default=512, help="size of each adversarial input, KiB"
+    )
     parser.add_argument("--nats-url", help="bench the worker serving on this server instead")
     parser.add_argument("--subject-prefix", default="")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.sanitize:
+        return run_sanitize(args)
     results = asyncio.run(run_bench(args))
     print(json.dumps(results) if args.json else table(results))
     return 0
