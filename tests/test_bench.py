@@ -32,14 +32,15 @@ TINY_LOCOMO = [
 
 
 def test_bench_prints_store_recall_echo_rss_and_locomo_figures(tmp_path: Path) -> None:
-    """A small run with --json: every figure is present, positive where it must be, and the
-    tiny LoCoMo file's two answerable questions are both found in the top 5."""
+    """A small run with --json: every figure is present (the Python client's against raw
+    requests, and the MCP round trip, too), positive where it must be, and the tiny LoCoMo
+    file's two answerable questions are both found in the top 5."""
     locomo = tmp_path / "tiny.json"
     locomo.write_text(json.dumps(TINY_LOCOMO), encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-m", "worker", "bench", "--embedder", "none", "--memories", "200",
          "--recalls", "20", "--echo", "50", "--evict", "300", "--filtered", "300", "--json",
-         "--locomo", str(locomo)],
+         "--client", "30", "--mcp", "20", "--locomo", str(locomo)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -59,6 +60,15 @@ def test_bench_prints_store_recall_echo_rss_and_locomo_figures(tmp_path: Path) -
     assert filtered["list"]["memories"] == 300 and filtered["list"]["per_second"] > 0
     for figure in ("recall", "recall_metadata_1pct", "recall_window_1pct"):
         assert 0 < filtered[figure]["p50_ms"] <= filtered[figure]["p99_ms"]
+    overhead = results["client_overhead"]
+    assert overhead["calls"] == 30
+    for trigger in ("get", "recall"):
+        for path in ("raw", "client"):
+            assert 0 < overhead[trigger][path]["p50_ms"] <= overhead[trigger][path]["p99_ms"]
+        assert overhead[trigger]["ratio"] > 0
+    trip = results["mcp"]
+    assert trip["calls"] == 20
+    assert 0 < trip["memory_search"]["p50_ms"] <= trip["memory_search"]["p99_ms"]
     quality = results["locomo"]
     assert quality["questions"] == 2
     assert quality["recall@5"] == 1.0 and quality["recall@10"] == 1.0

@@ -93,17 +93,21 @@ async def connect(
     reconnect: bool = True,
     on_closed: Callable[[], None] | None = None,
     timeout: float = 10.0,
+    inbox_prefix: str | None = None,
 ) -> Any:
     """The worker's long-lived connection (reconnecting, logging its state), or with
     reconnect=False a short-lived quiet client connection for the CLI, given up after timeout.
 
     A refused CONNECT, TLS handshake or missing credentials file raises ConnectionFailed naming
     the server and the cause, instead of being retried forever; the worker still waits for a
-    server that is merely not up yet."""
+    server that is merely not up yet. `inbox_prefix` is where replies come back: a tenant's
+    user may subscribe only to its own (`_INBOX_<user>`, README "Tenants and trust")."""
     try:
         options = connect_options(config)
     except OSError as error:
         raise ConnectionFailed(describe_failure(url, config, error)) from error
+    if inbox_prefix:
+        options["inbox_prefix"] = inbox_prefix
     if not reconnect:
         return await _connect_once(url, config, options, timeout)
 

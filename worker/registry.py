@@ -24,24 +24,50 @@ from typing import Any, Literal
 
 from handlers import audit, kg, kg_delete, life, listing, session
 from handlers.audit import Change
-from schema.base import TriggerRequest
-from schema.kg import KgAddRequest, KgQueryRequest
+from schema.base import Reply, TriggerRequest
+from schema.kg import KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest
 from schema.life import (
+    AuditReply,
     AuditRequest,
+    DeleteReply,
     DeleteRequest,
+    EraseReply,
     EraseRequest,
+    ForgetReply,
     ForgetRequest,
+    GetReply,
     GetRequest,
+    KgDeleteReply,
     KgDeleteRequest,
+    ListReply,
     ListRequest,
+    SessionGetReply,
     SessionGetRequest,
+    UnforgetReply,
     UnforgetRequest,
+    UpdateReply,
     UpdateRequest,
 )
-from schema.memory import ConsolidateRequest, EvictRequest, RecallRequest, StoreRequest
-from schema.session import CompactRequest, RepairRequest, SessionListRequest
-from schema.stats import StatsRequest
-from schema.switch import ToggleRequest
+from schema.memory import (
+    ConsolidateReply,
+    ConsolidateRequest,
+    EvictReply,
+    EvictRequest,
+    RecallReply,
+    RecallRequest,
+    StoreReply,
+    StoreRequest,
+)
+from schema.session import (
+    CompactReply,
+    CompactRequest,
+    RepairReply,
+    RepairRequest,
+    SessionListReply,
+    SessionListRequest,
+)
+from schema.stats import StatsReply, StatsRequest
+from schema.switch import ToggleReply, ToggleRequest
 from worker import flows, maintenance
 from worker import life as worker_life
 from worker.services import Services
@@ -62,6 +88,9 @@ class Route:
     run: Callable[..., Any]
     _: KW_ONLY
     on: Where
+    # What a success replies: the run function's return type, and what the Python client
+    # (worker/client.py) decodes the reply as.
+    reply_type: type[Reply]
     # The reply has a `durationMs` that dispatch fills with the time the call took.
     timed: bool = False
     # After a success, what operators are told beyond `trigger.handled` (maintenance counts).
@@ -121,13 +150,14 @@ def prefix_groups(prefix: str) -> tuple[str, ...]:
 
 
 ROUTES: tuple[Route, ...] = (
-    Route("memory::store", StoreRequest, flows.store, on=FLOW, ingest=True),
-    Route("memory::recall", RecallRequest, flows.recall, on=FLOW),
+    Route("memory::store", StoreRequest, flows.store, on=FLOW, reply_type=StoreReply, ingest=True),
+    Route("memory::recall", RecallRequest, flows.recall, on=FLOW, reply_type=RecallReply),
     Route(
         "memory::evict",
         EvictRequest,
         maintenance.evict,
         on=FLOW,
+        reply_type=EvictReply,
         timed=True,
         report=maintenance.report,
         all_tenants=True,
@@ -137,43 +167,120 @@ ROUTES: tuple[Route, ...] = (
         ConsolidateRequest,
         maintenance.consolidate,
         on=FLOW,
+        reply_type=ConsolidateReply,
         timed=True,
         report=maintenance.report,
         all_tenants=True,
     ),
     Route(
-        "memory::kg::add", KgAddRequest, kg.kg_add, on=WRITER, audit=kg.kg_add_changes, ingest=True
+        "memory::kg::add",
+        KgAddRequest,
+        kg.kg_add,
+        on=WRITER,
+        reply_type=KgAddReply,
+        audit=kg.kg_add_changes,
+        ingest=True,
     ),
-    Route("memory::kg::query", KgQueryRequest, kg.kg_query, on=READER),
+    Route("memory::kg::query", KgQueryRequest, kg.kg_query, on=READER, reply_type=KgQueryReply),
     Route(
         "memory::kg::delete",
         KgDeleteRequest,
         kg_delete.kg_delete,
         on=WRITER,
+        reply_type=KgDeleteReply,
         audit=kg_delete.kg_delete_changes,
         ingest=True,
     ),
-    Route("memory::session::list", SessionListRequest, session.session_list, on=READER),
-    Route("memory::session::compact", CompactRequest, flows.session_compact, on=FLOW),
-    Route("memory::session::repair", RepairRequest, flows.session_repair, on=FLOW),
-    Route("memory::stats", StatsRequest, flows.stats, on=FLOW, all_tenants=True),
-    Route("memory::audit", AuditRequest, audit.audit_events, on=READER, all_tenants=True),
-    Route("memory::get", GetRequest, life.get_memories, on=READER),
-    Route("memory::list", ListRequest, listing.list_memories, on=READER),
-    Route("memory::session::get", SessionGetRequest, listing.session_messages, on=READER),
-    Route("memory::forget", ForgetRequest, worker_life.forget, on=FLOW, ingest=True),
-    Route("memory::unforget", UnforgetRequest, worker_life.unforget, on=FLOW, ingest=True),
-    Route("memory::delete", DeleteRequest, worker_life.delete, on=FLOW, ingest=True),
-    Route("memory::update", UpdateRequest, worker_life.update, on=FLOW, ingest=True),
+    Route(
+        "memory::session::list",
+        SessionListRequest,
+        session.session_list,
+        on=READER,
+        reply_type=SessionListReply,
+    ),
+    Route(
+        "memory::session::compact",
+        CompactRequest,
+        flows.session_compact,
+        on=FLOW,
+        reply_type=CompactReply,
+    ),
+    Route(
+        "memory::session::repair",
+        RepairRequest,
+        flows.session_repair,
+        on=FLOW,
+        reply_type=RepairReply,
+    ),
+    Route(
+        "memory::stats", StatsRequest, flows.stats, on=FLOW, reply_type=StatsReply, all_tenants=True
+    ),
+    Route(
+        "memory::audit",
+        AuditRequest,
+        audit.audit_events,
+        on=READER,
+        reply_type=AuditReply,
+        all_tenants=True,
+    ),
+    Route("memory::get", GetRequest, life.get_memories, on=READER, reply_type=GetReply),
+    Route("memory::list", ListRequest, listing.list_memories, on=READER, reply_type=ListReply),
+    Route(
+        "memory::session::get",
+        SessionGetRequest,
+        listing.session_messages,
+        on=READER,
+        reply_type=SessionGetReply,
+    ),
+    Route(
+        "memory::forget",
+        ForgetRequest,
+        worker_life.forget,
+        on=FLOW,
+        reply_type=ForgetReply,
+        ingest=True,
+    ),
+    Route(
+        "memory::unforget",
+        UnforgetRequest,
+        worker_life.unforget,
+        on=FLOW,
+        reply_type=UnforgetReply,
+        ingest=True,
+    ),
+    Route(
+        "memory::delete",
+        DeleteRequest,
+        worker_life.delete,
+        on=FLOW,
+        reply_type=DeleteReply,
+        ingest=True,
+    ),
+    Route(
+        "memory::update",
+        UpdateRequest,
+        worker_life.update,
+        on=FLOW,
+        reply_type=UpdateReply,
+        ingest=True,
+    ),
     Route(
         "memory::erase",
         EraseRequest,
         life.erase_agent,
         on=WRITER,
+        reply_type=EraseReply,
         audit=life.erase_changes,
         ingest=True,
     ),
-    Route("memory::toggle", ToggleRequest, worker_life.toggle, on=FLOW, ingest=True),
+    Route(
+        "memory::toggle",
+        ToggleRequest,
+        worker_life.toggle,
+        on=FLOW,
+        reply_type=ToggleReply,
+        ingest=True,
+    ),
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}
 INGESTED = {route.ingest_verb: route.trigger for route in ROUTES if route.ingest}

@@ -27,6 +27,8 @@ from worker.bench.corpus import Corpus
 from worker.bench.evict import eviction_rows, measure_eviction
 from worker.bench.filtered import filtered_rows, measure_filtered
 from worker.bench.locomo import measure_locomo
+from worker.bench.mcp_trip import mcp_rows, measure_mcp_round_trip
+from worker.bench.overhead import client_rows, measure_client_overhead
 from worker.bench.sanitize import run_sanitize
 from worker.embedded import EmbeddedServer
 from worker.tenancy import REQUEST_INFO, caller_of
@@ -130,6 +132,17 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
         results["filtered"] = await measure_filtered(
             client, corpus, args.filtered, args.concurrency
         )
+    if args.client:
+        tenant = "BENCH" if args.tenancy == "account" else None  # administrative, for BENCH
+        results["client_overhead"] = await measure_client_overhead(
+            url, args.subject_prefix, args.client, tenant
+        )
+    if args.mcp:
+        if not args.client:  # the agent it searches is the one the client bench fills
+            results["client_overhead"] = await measure_client_overhead(
+                url, args.subject_prefix, 10, None
+            )
+        results["mcp"] = await measure_mcp_round_trip(url, args.subject_prefix, args.mcp)
     if args.locomo:
         results["locomo"] = await measure_locomo(
             client, Path(args.locomo), embedded=args.embedder != "none"
@@ -246,6 +259,8 @@ def table(results: dict[str, Any]) -> str:
         ("worker RSS before / after MB", f"{results['rss_before_mb']} / {results['rss_after_mb']}"),
         *eviction_rows(results),
         *filtered_rows(results),
+        *client_rows(results),
+        *mcp_rows(results),
     ]
     if "locomo" in results:
         quality = results["locomo"]
@@ -284,6 +299,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="memories in one agent for recall with a 1%% filter and list paging (0: skip)",
+    )
+    parser.add_argument(
+        "--client",
+        type=int,
+        default=0,
+        help="calls timed for the Python client's overhead over raw nats-py requests (0: skip)",
+    )
+    parser.add_argument(
+        "--mcp",
+        type=int,
+        default=0,
+        help="memory_search calls timed over stdio through `memory-worker mcp` (0: skip)",
     )
     parser.add_argument("--locomo", help="a LoCoMo-format JSON file (../shared/bench/)")
     parser.add_argument(
