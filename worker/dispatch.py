@@ -7,7 +7,8 @@ error headers. Nothing here raises: a handler failure never stops the worker.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from functools import partial
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from worker.db import DAMAGED
 from worker.json_keys import duplicate_key
 from worker.locate import refusal
 from worker.registry import READER, Route
-from worker.services import Services
+from worker.services import Context, Services
 from worker.telemetry import Telemetry, TriggerStats
 from worker.tenancy import ADMIN, Caller, caller_of, scoped, untenanted
 from worker.writes import commit
@@ -48,11 +49,26 @@ class Outcome:
     error: WorkerError | None
 
 
+Executor = Callable[[Route, Any], Awaitable[Any]]
+
+
 class Dispatcher:
-    def __init__(self, services: Services, routes: Iterable[Route], telemetry: Telemetry) -> None:
-        """Counts every request in telemetry: its figures per trigger and the in-flight count."""
+    def __init__(
+        self,
+        services: Context,
+        routes: Iterable[Route],
+        telemetry: Telemetry,
+        executor: Executor | None = None,
+    ) -> None:
+        """Counts every request in telemetry: its figures per trigger and the in-flight count.
+        `executor` runs a decoded, scoped request: by default on these services (`execute`);
+        a shard hands it to the owner of the request's partition (worker/shards/router.py)."""
         self.services = services
         self.telemetry = telemetry
+        if executor is None:
+            assert isinstance(services, Services), "a front without services needs an executor"
+            executor = partial(execute, services)
+        self._execute: Executor = executor
         self.routes = {route.trigger: route for route in routes}
         self._decoders = {
             route.trigger: msgspec.json.Decoder(route.request_type)
@@ -147,7 +163,7 @@ class Dispatcher:
             structlog.contextvars.bind_contextvars(agent=agent)
             request = self.scope(route, request, caller)
             audit_call = CALL.set(Call(trigger, source, caller.requester))
-            reply = await execute(self.services, route, request)
+            reply = await self._execute(route, request)
             if route.timed:
                 elapsed = round((time.perf_counter() - started) * 1000, 3)
                 reply = msgspec.structs.replace(reply, duration_ms=elapsed)

@@ -70,7 +70,7 @@ from schema.stats import StatsReply, StatsRequest
 from schema.switch import ToggleReply, ToggleRequest
 from worker import flows, maintenance
 from worker import life as worker_life
-from worker.services import Services
+from worker.services import Context, Services
 from worker.writes import Write, requested
 
 Where = Literal["writer", "reader", "flow"]
@@ -94,7 +94,7 @@ class Route:
     # The reply has a `durationMs` that dispatch fills with the time the call took.
     timed: bool = False
     # After a success, what operators are told beyond `trigger.handled` (maintenance counts).
-    report: Callable[[Services, str, str, Any], None] | None = None
+    report: Callable[[Context, str, str, Any], None] | None = None
     # Under tenancy, an administrative request may omit `tenant` to act on every tenant.
     all_tenants: bool = False
     # For a WRITER route: what a success changed, recorded in the audit in the same
