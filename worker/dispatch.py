@@ -7,9 +7,9 @@ error headers. Nothing here raises: a handler failure never stops the worker.
 from __future__ import annotations
 
 import time
-from functools import partial
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import msgspec

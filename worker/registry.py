@@ -70,7 +70,7 @@ from schema.stats import StatsReply, StatsRequest
 from schema.switch import ToggleReply, ToggleRequest
 from worker import flows, maintenance
 from worker import life as worker_life
-from worker.services import Context, Services
+from worker.services import Context
 from worker.writes import Write, requested
 
 Where = Literal["writer", "reader", "flow"]
