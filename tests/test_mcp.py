@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent, TextResourceContents
@@ -30,17 +31,18 @@ TOOLS = {
 }
 
 
-def server_parameters(*args: str) -> StdioServerParameters:
+def server_parameters(*args: str, env: dict[str, str] | None = None) -> StdioServerParameters:
     """`memory-worker mcp` as a desktop app would start it (the worker's module, this venv)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_WORKER_")}
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "worker", "mcp", *args], env=clean
+        command=sys.executable, args=["-m", "worker", "mcp", *args], env={**clean, **(env or {})}
     )
 
 
 @asynccontextmanager
-async def mcp_client(*args: str) -> AsyncIterator[Client]:
-    async with Client(server_parameters(*args), cache=None, read_timeout_seconds=30) as client:
+async def mcp_client(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[Client]:
+    parameters = server_parameters(*args, env=env)
+    async with Client(parameters, cache=None, read_timeout_seconds=30) as client:
         yield client
 
 
@@ -155,3 +157,42 @@ async def test_a_missing_worker_or_nats_is_a_clear_error_within_the_timeout(
             result = await client.call_tool("memory_search", {"query": "anything"})
             assert time.monotonic() - started < 5
             assert result.is_error and "unavailable" in text(result) and says in text(result)
+
+
+async def test_an_agent_the_grants_do_not_allow_gets_a_refusal_not_an_empty_result(
+    tmp_path: Path,
+) -> None:
+    """alice of TEAM_A may use planner-* agents only (MEMORY_WORKER_GRANTS): an MCP server that
+    serves critic-1 as alice reads a 403 naming the agent from every tool, never an empty list,
+    and nothing is written; planner-1 works."""
+    import json
+
+    from tests.shipped_nats import password, tenant_bus
+
+    grants = tmp_path / "grants.json"
+    grants.write_text(json.dumps({"TEAM_A/alice": ["planner-*"]}), encoding="utf-8")
+    async with tenant_bus(tmp_path, grants=str(grants)) as bus:
+        alice = {
+            "MEMORY_WORKER_NATS_USER": "alice",
+            "MEMORY_WORKER_NATS_PASSWORD": password("alice"),
+        }
+        common = ("--nats-url", bus.url, "--inbox-prefix", "_INBOX_alice")
+        async with mcp_client("--agent", "critic-1", *common, env=alice) as client:
+            for tool, arguments in (
+                ("memory_save", {"content": "not allowed"}),
+                ("memory_search", {"query": "anything"}),
+                ("memory_list", {}),
+            ):
+                result = await client.call_tool(tool, arguments)
+                assert result.is_error, (tool, result)
+                assert "403" in text(result) or "forbidden" in text(result), text(result)
+                assert "critic-1" in text(result)
+        async with mcp_client("--agent", "planner-1", *common, env=alice) as client:
+            saved = await client.call_tool("memory_save", {"content": "allowed"})
+            assert not saved.is_error, text(saved)
+        rows = bus.app.services
+        assert rows is not None
+        counted = await rows.readers.run(
+            lambda conn: conn.execute("SELECT agent_id FROM memories").fetchall()
+        )
+        assert [tuple(row) for row in counted] == [("planner-1",)]
