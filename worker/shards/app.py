@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+import nats.errors
 import structlog
 
 from worker.bus import MemoryService, connect
@@ -48,6 +50,28 @@ class Front:
     grants: Grants
     telemetry: Telemetry = field(default_factory=Telemetry)
     clock: Any = wall_clock_ms
+
+
+T = TypeVar("T")
+SETUP_PATIENCE_S = 60.0
+
+
+async def _patiently(step: Callable[[], Awaitable[T]]) -> T:
+    """A setup step retried while the cluster is busy (shards starting together create the
+    same streams; a new stream elects its leader): a timeout or "no response" is passing; a
+    ShardSetupError (too few replicas, no JetStream) is not."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETUP_PATIENCE_S
+    while True:
+        try:
+            return await step()
+        except ShardSetupError:
+            raise
+        except (nats.errors.Error, TimeoutError) as error:
+            if loop.time() > deadline:
+                raise
+            log.info("shard.setup_retry", error=repr(error))
+            await asyncio.sleep(0.5)
 
 
 class ShardApp:
@@ -85,9 +109,9 @@ class ShardApp:
                 f"sharded mode needs JetStream on the NATS servers ({type(error).__name__}: "
                 f"{error})"
             ) from None
-        self.plog = PartitionLog(js, config.partitions, config.replicas)
-        await self.plog.ensure()
-        kv = await open_bucket(js, config.lease_ttl, config.replicas)
+        self.plog = plog = PartitionLog(js, config.partitions, config.replicas)
+        await _patiently(plog.ensure)
+        kv = await _patiently(lambda: open_bucket(js, config.lease_ttl, config.replicas))
         self.leases = Leases(kv, self.name, config.lease_ttl)
         self._embedder = make_embedder(config, nc)
         front = Front(config, load_grants(config), self.telemetry)
@@ -101,7 +125,7 @@ class ShardApp:
         dispatcher = Dispatcher(front, ROUTES, self.telemetry, executor=router)
         self._service = MemoryService(nc, dispatcher, "")
         await self._service.start(ROUTES, self.telemetry.health.metadata)
-        await self._balance()
+        await self._balance_once()
         self._balancer = asyncio.create_task(self._balance_forever())
         log.info("shard.started", shard=self.name, partitions=config.partitions)
 
@@ -120,10 +144,13 @@ class ShardApp:
     async def _balance_forever(self) -> None:
         while True:
             await asyncio.sleep(self.config.lease_ttl / 3)
-            try:
-                await self._balance()
-            except Exception as error:  # the bucket or the log unreachable for now
-                log.warning("shard.balance_failed", shard=self.name, error=repr(error))
+            await self._balance_once()
+
+    async def _balance_once(self) -> None:
+        try:
+            await self._balance()
+        except Exception as error:  # the bucket electing a leader, a node down: next round
+            log.warning("shard.balance_failed", shard=self.name, error=repr(error))
 
     async def _balance(self) -> None:
         assert self.leases is not None
@@ -164,6 +191,11 @@ class ShardApp:
             await node.open()
             self.nodes[partition] = node
         return node
+
+    def _lease_fresh(self, partition: int) -> bool:
+        assert self.leases is not None
+        held = self.leases.held.get(partition)
+        return held is not None and self.leases.clock() - held.sent_at < self.config.lease_ttl
 
     async def _standby(self, partition: int) -> None:
         node = await self._node(partition)

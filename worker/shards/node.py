@@ -68,10 +68,14 @@ class PartitionNode:
         build: Callable[[Writer, Readers, MemoryIndex], Services],
         plog: PartitionLog,
         replayer: Replayer,
+        lease_fresh: Callable[[], bool] = lambda: True,
     ) -> None:
         """`build` makes the services a flow is handed from this partition's writer, readers
-        and index, and what the shard shares (embedder, NATS, telemetry)."""
+        and index, and what the shard shares (embedder, NATS, telemetry). `lease_fresh` says
+        whether this shard's lease on the partition was renewed within a TTL by its own clock:
+        a shard that was paused longer than that writes nothing before it has looked again."""
         self.partition = partition
+        self.lease_fresh = lease_fresh
         self.config = config
         self.plog = plog
         self.replayer = replayer
@@ -115,7 +119,7 @@ class PartitionNode:
             raise RuntimeError("a write without decide and apply steps cannot run sharded")
         if not entries:
             return
-        if not self.owner:
+        if not self.owner or not self.lease_fresh():
             raise NotOwner(f"partition {self.partition} is not owned by this shard")
         append = self.plog.append(self.partition, _ENCODE.encode(entries), after=self.applied)
         seq = asyncio.run_coroutine_threadsafe(append, self.loop).result(APPEND_TIMEOUT_S)
