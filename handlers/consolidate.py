@@ -11,7 +11,7 @@ import apsw
 import msgspec
 
 from handlers.audit import Change
-from handlers.evict import scope_of
+from handlers.evict import KEPT, scope_of
 from schema.base import Agent
 from schema.memory import ConsolidateReply, ConsolidateRequest
 
@@ -30,8 +30,8 @@ class DecayPlan(msgspec.Struct, frozen=True):
     ranges: list[tuple[int, int]]
 
 
-# A pinned memory never decays.
-RULE = "last_accessed < ? AND confidence > ? AND pinned = 0"
+# A pinned memory, or one whose recall policy is `always`, never decays.
+RULE = f"last_accessed < ? AND confidence > ? AND {KEPT}"
 
 
 def plan_decay(

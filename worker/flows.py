@@ -99,7 +99,7 @@ def _recall(
     now = s.clock()
     pinned = None
     if req.with_pinned:
-        pinned = recall_handler.pinned_memories(conn, tenant, req.agent_id)
+        pinned = recall_handler.pinned_memories(conn, tenant, req.agent_id, req)
     ranked = recall_handler.rank(
         found.columns,
         req,
