@@ -47,7 +47,7 @@ async def test_summary_and_taxonomy_are_stored_and_returned_by_get_list_update_a
         "sensitivity": "restricted", "recallPolicy": "auto", "tags": ["ops", "keys"],
         "flags": [],
     }  # fmt: skip
-    defaults = {
+    defaults: dict[str, Any] = {
         "summary": None, "category": "note", "sensitivity": "internal", "recallPolicy": "auto",
         "tags": [], "flags": [],
     }  # fmt: skip

@@ -16,6 +16,7 @@ from typing import Literal
 import apsw
 import msgspec
 
+from handlers import context as context_handler
 from handlers import recall as recall_handler
 from handlers import session
 from handlers.audit import Change
@@ -24,6 +25,7 @@ from handlers.stats import COUNTED, database_counts
 from handlers.store import check_store, forgotten_content
 from handlers.store import store as store_handler
 from schema.base import agent_of, tenant_of
+from schema.context import ContextReply, ContextRequest
 from schema.memory import (
     RecallReply,
     RecallRequest,
@@ -139,6 +141,13 @@ async def recall(s: Services, req: RecallRequest) -> RecallReply:
         s.background.add(persist)
         persist.add_done_callback(s.background.discard)
     return reply
+
+
+async def context(s: Services, req: ContextRequest) -> ContextReply:
+    """Recall's path (the query embedded, the same ranking, the pinned memories, accesses
+    counted for the ranked ones), rendered for a prompt."""
+    found = await recall(s, context_handler.recall_request(req))
+    return context_handler.render(found.pinned or [], found.memories, max_chars=req.max_chars)
 
 
 async def stats(s: Services, req: StatsRequest) -> StatsReply:

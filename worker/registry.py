@@ -24,6 +24,7 @@ from typing import Any, Literal
 from handlers import audit, kg, kg_delete, life, listing, session
 from handlers.audit import Change
 from schema.base import TriggerRequest
+from schema.context import ContextRequest
 from schema.kg import KgAddRequest, KgQueryRequest
 from schema.life import (
     AuditRequest,
@@ -102,6 +103,7 @@ def prefix_groups(prefix: str) -> tuple[str, ...]:
 ROUTES: tuple[Route, ...] = (
     Route("memory::store", StoreRequest, flows.store, on=FLOW, ingest=True),
     Route("memory::recall", RecallRequest, flows.recall, on=FLOW),
+    Route("memory::context", ContextRequest, flows.context, on=FLOW),
     Route(
         "memory::evict",
         EvictRequest,
