@@ -31,7 +31,7 @@ def memory(content: str, **fields: Any) -> MemoryOut:
 
 
 # Read as `<` or `>` by a person or a model, whatever the renderer says: folded before the check.
-LOOK_ALIKES = {
+LOOK_ALIKES: dict[str, str | int | None] = {
     "\u2039": "<", "\u203a": ">", "\u226a": "<<", "\u226b": ">>", "\u00ab": "<<", "\u00bb": ">>",
     "\u3008": "<", "\u3009": ">", "\u27e8": "<", "\u27e9": ">", "\u276e": "<", "\u276f": ">",
     "\u22d8": "<<<", "\u22d9": ">>>", "\u300a": "<<", "\u300b": ">>",
