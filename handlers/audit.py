@@ -39,6 +39,8 @@ class Change:
     ids: Sequence[str] = ()
     count: int | None = None  # when not len(ids): a count without ids (consolidate, erase)
     trigger: str | None = None  # when not the call's: a store that restored is an unforget
+    # What else the row says, never content: the sanitiser's rules, the switch's state.
+    detail: dict[str, Any] | None = None
 
 
 def record(conn: apsw.Connection, call: Call | None, changes: Iterable[Change], now: int) -> None:
@@ -56,11 +58,14 @@ def record(conn: apsw.Connection, call: Call | None, changes: Iterable[Change], 
             ids = msgspec.json.encode(list(change.ids)).decode()
         tenant, agent_id = change.agent
         trigger = change.trigger or call.trigger
-        rows.append((now, tenant, agent_id, trigger, ids, count, call.source, call.requester))
+        detail = None if change.detail is None else msgspec.json.encode(change.detail).decode()
+        rows.append(
+            (now, tenant, agent_id, trigger, ids, count, call.source, call.requester, detail)
+        )
     if rows:
         conn.executemany(
-            "INSERT INTO audit (at, tenant, agent_id, trigger, ids, count, source, requester) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO audit (at, tenant, agent_id, trigger, ids, count, source, requester, "
+            "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
 
@@ -92,7 +97,7 @@ def audit_events(conn: apsw.Connection, req: AuditRequest, *, now: int) -> Audit
         where.append("seq > ?")
         params.append(after)
     rows = conn.execute(
-        "SELECT seq, at, trigger, agent_id, source, requester, ids, count FROM audit "
+        "SELECT seq, at, trigger, agent_id, source, requester, ids, count, detail FROM audit "
         f"WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?",
         (*params, req.limit + 1),
     ).fetchall()
@@ -105,7 +110,7 @@ def audit_events(conn: apsw.Connection, req: AuditRequest, *, now: int) -> Audit
 
 
 def _event(row: Any) -> AuditEvent:
-    seq, at, trigger, agent_id, source, requester, ids, count = row
+    seq, at, trigger, agent_id, source, requester, ids, count, detail = row
     return AuditEvent(
         seq=int(seq),
         at=int(at),
@@ -115,4 +120,5 @@ def _event(row: Any) -> AuditEvent:
         requester=None if requester is None else str(requester),
         ids=None if ids is None else msgspec.json.decode(str(ids), type=list[str]),
         count=int(count) if ids is None else None,
+        detail=None if detail is None else msgspec.json.decode(str(detail), type=dict[str, Any]),
     )

@@ -12,6 +12,7 @@ import msgspec
 
 from handlers.audit import Change
 from handlers.evict import KEPT, scope_of
+from handlers.switch import SWITCHED_ON
 from schema.base import Agent
 from schema.memory import ConsolidateReply, ConsolidateRequest
 
@@ -30,8 +31,9 @@ class DecayPlan(msgspec.Struct, frozen=True):
     ranges: list[tuple[int, int]]
 
 
-# A pinned memory, or one whose recall policy is `always`, never decays.
-RULE = f"last_accessed < ? AND confidence > ? AND {KEPT}"
+# A pinned memory, or one whose recall policy is `always`, never decays, nor do the memories
+# of an agent whose memory is switched off.
+RULE = f"last_accessed < ? AND confidence > ? AND {KEPT}" + SWITCHED_ON
 
 
 def plan_decay(

@@ -18,6 +18,7 @@ from msgspec import UNSET
 
 from handlers.audit import Change
 from handlers.session_refs import remove_memories
+from handlers.switch import SWITCHED_ON
 from schema.base import Agent
 from schema.memory import ConsolidateRequest, EvictReply, EvictRequest
 
@@ -70,9 +71,9 @@ def scope_of(req: EvictRequest | ConsolidateRequest) -> tuple[str, tuple[str, ..
 
 def plan_eviction(conn: apsw.Connection, req: EvictRequest, *, now: int) -> EvictionPlan:
     # A pinned memory, or one whose recall policy is `always`, is never evicted, by any rule,
-    # and does not count toward the cap.
+    # and does not count toward the cap; an agent whose memory is switched off is left alone.
     scope, params = scope_of(req)
-    scope += f" AND {KEPT}"
+    scope += f" AND {KEPT}" + SWITCHED_ON
     doomed = [
         Doomed("purged", *row)
         for row in conn.execute(
@@ -139,14 +140,14 @@ def evicted_changes(deleted: Sequence[Doomed]) -> list[Change]:
 
 
 def delete_doomed(conn: apsw.Connection, doomed: Sequence[Doomed]) -> list[Doomed]:
-    """Delete the memories of one chunk that still have the scores they were chosen by (with
-    their session references); those deleted."""
+    """Delete the memories of one chunk that still have the scores they were chosen by, of agents
+    whose memory is still on (with their session references); those deleted."""
     chosen = {memory.memory_id: memory for memory in doomed}
     deleted = [
         chosen[str(row[0])]
         for row in conn.executemany(
             "DELETE FROM memories WHERE id = ? AND tenant = ? AND agent_id = ? AND importance = ? "
-            "AND confidence = ? AND timestamp = ? RETURNING id",
+            f"AND confidence = ? AND timestamp = ?{SWITCHED_ON} RETURNING id",
             [
                 (m.memory_id, m.tenant, m.agent_id, m.importance, m.confidence, m.timestamp)
                 for m in doomed

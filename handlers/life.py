@@ -158,8 +158,9 @@ def plan_erase(req: EraseRequest) -> Erasure:
 
 
 def apply_erase(conn: apsw.Connection, plan: Erasure) -> EraseReply:
-    """Everything of the agent, its audit rows included (the erasure's own row is recorded
-    after it, in the same transaction)."""
+    """Everything of the agent, its audit rows and its memory switch included (an erased agent
+    is one that never was; the erasure's own row is recorded after it, in the same
+    transaction)."""
 
     def gone(table: str, returning: str = "1") -> list[Any]:
         return conn.execute(
@@ -177,6 +178,7 @@ def apply_erase(conn: apsw.Connection, plan: Erasure) -> EraseReply:
         kv_keys=0,
     )
     gone("audit")
+    gone("agent_switch")
     return reply
 
 

@@ -10,6 +10,7 @@ COUNTED = (
     "memories_without_vector",
     "memories_pinned",
     "memories_forgotten",
+    "agents_disabled",
     "entities",
     "relations",
     "sessions",
@@ -40,6 +41,7 @@ def database_counts(conn: apsw.Connection, tenant: str | None = None) -> dict[st
         "memories_forgotten": one(
             f"SELECT count(*) FROM memories{where or ' WHERE 1'} AND forgotten_at IS NOT NULL"
         ),
+        "agents_disabled": one(f"SELECT count(*) FROM agent_switch{where}"),
         "entities": one(f"SELECT count(*) FROM kg_entities{where}"),
         "relations": one(f"SELECT count(*) FROM kg_relations{where}"),
         "sessions": one(f"SELECT count(*) FROM sessions{where}"),

@@ -217,7 +217,8 @@ class AuditRequest(TriggerRequest, frozen=True):
 
 
 class AuditEvent(Reply, frozen=True, omit_defaults=True):
-    """`ids` when at most 100 memories changed, else `count` alone."""
+    """`ids` when at most 100 memories changed, else `count` alone; `detail` when the write has
+    more to say than which memories (the sanitiser's rules, the switch's state), never content."""
 
     seq: int
     at: int
@@ -227,6 +228,7 @@ class AuditEvent(Reply, frozen=True, omit_defaults=True):
     requester: str | None
     ids: list[str] | None = None
     count: int | None = None
+    detail: dict[str, Any] | None = None
 
 
 class AuditReply(Reply, frozen=True):

@@ -29,10 +29,17 @@ class StoreRequest(TriggerRequest, frozen=True):
     tags: Tags | UnsetType = UNSET
 
 
-class StoreReply(Reply, frozen=True):
-    id: str
+class StoreReply(Reply, frozen=True, omit_defaults=True):
+    """`id` is null, and `disabled` true, when the agent's memory is switched off (section 17):
+    nothing was written."""
+
+    id: str | None
     stored: bool
     deduplicated: bool
+    disabled: bool = False
+
+
+NOT_STORED = StoreReply(id=None, stored=False, deduplicated=False, disabled=True)
 
 
 class RecallRequest(Filters, frozen=True):

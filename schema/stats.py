@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from schema.base import Reply, TriggerRequest
+from msgspec import UNSET, UnsetType
+
+from schema.base import AgentId, Reply, TriggerRequest
 
 
 class StatsRequest(TriggerRequest, frozen=True):
-    pass
+    # Also say whether this agent's memory is switched on (`enabled`, section 17).
+    agent_id: AgentId | UnsetType = UNSET
 
 
 class TriggerFigures(Reply, frozen=True):
@@ -34,7 +37,7 @@ class JobFigures(Reply, frozen=True):
     last_run: RunFigures | None = None
 
 
-class StatsReply(Reply, frozen=True):
+class StatsReply(Reply, frozen=True, omit_defaults=True):
     # "corrupt" once a trigger met a damaged database (healthReason: which, and SQLite's
     # words); the counts below are null when the damage kept them from being taken.
     health: Literal["ok", "corrupt"]
@@ -47,6 +50,8 @@ class StatsReply(Reply, frozen=True):
     memories_pinned: int | None
     # Forgotten (section 12): kept, restorable, until eviction purges them after a retention.
     memories_forgotten: int | None
+    # Agents whose memory is switched off (memory::toggle).
+    agents_disabled: int | None
     audit_events: int | None
     entities: int | None
     relations: int | None
@@ -55,3 +60,5 @@ class StatsReply(Reply, frozen=True):
     in_flight: int
     index_agents: int
     schedule: dict[str, JobFigures]
+    # Only when the request names an agent: whether its memory is switched on.
+    enabled: bool | None = None

@@ -32,14 +32,15 @@ TINY_LOCOMO = [
 
 
 def test_bench_prints_store_recall_echo_rss_and_locomo_figures(tmp_path: Path) -> None:
-    """A small run with --json: every figure is present, positive where it must be, and the
-    tiny LoCoMo file's two answerable questions are both found in the top 5."""
+    """A small run with --json: every figure is present (the Python client's against raw
+    requests, and the MCP round trip, too), positive where it must be, and the tiny LoCoMo
+    file's two answerable questions are both found in the top 5."""
     locomo = tmp_path / "tiny.json"
     locomo.write_text(json.dumps(TINY_LOCOMO), encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-m", "worker", "bench", "--embedder", "none", "--memories", "200",
          "--recalls", "20", "--echo", "50", "--evict", "300", "--filtered", "300", "--json",
-         "--locomo", str(locomo)],
+         "--client", "30", "--mcp", "20", "--locomo", str(locomo)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -59,6 +60,15 @@ def test_bench_prints_store_recall_echo_rss_and_locomo_figures(tmp_path: Path) -
     assert filtered["list"]["memories"] == 300 and filtered["list"]["per_second"] > 0
     for figure in ("recall", "recall_metadata_1pct", "recall_window_1pct"):
         assert 0 < filtered[figure]["p50_ms"] <= filtered[figure]["p99_ms"]
+    overhead = results["client_overhead"]
+    assert overhead["calls"] == 30
+    for trigger in ("get", "recall"):
+        for path in ("raw", "client"):
+            assert 0 < overhead[trigger][path]["p50_ms"] <= overhead[trigger][path]["p99_ms"]
+        assert overhead[trigger]["ratio"] > 0
+    trip = results["mcp"]
+    assert trip["calls"] == 20
+    assert 0 < trip["memory_search"]["p50_ms"] <= trip["memory_search"]["p99_ms"]
     quality = results["locomo"]
     assert quality["questions"] == 2
     assert quality["recall@5"] == 1.0 and quality["recall@10"] == 1.0
@@ -86,3 +96,36 @@ async def test_bench_measures_a_running_worker_given_by_nats_url_and_subject_pre
     results = json.loads(out.decode().strip().splitlines()[-1])
     assert results["echo"]["p50_ms"] > 0 and results["recall"]["p50_ms"] > 0
     assert results["store"]["per_second"] > 0
+
+
+def test_bench_sanitize_prints_false_positives_cost_per_turn_and_the_worst_adversarial_input(
+    tmp_path: Path,
+) -> None:
+    """--sanitize measures the sanitiser alone: the tiny file's ordinary turns come through
+    untouched, a turn holding an address is counted under its rule, and the cost and the worst
+    of the adversarial inputs (small here) are printed, as a table and as JSON."""
+    sample = json.loads(json.dumps(TINY_LOCOMO[0]))
+    sample["conversation"]["session_1"].append(
+        {"speaker": "Bob", "dia_id": "D1:4", "text": "Mail me at bob@example.com please."}
+    )
+    locomo = tmp_path / "tiny.json"
+    locomo.write_text(json.dumps([sample]), encoding="utf-8")
+    command = [sys.executable, "-m", "worker", "bench", "--sanitize", "--sanitize-kib", "8",
+               "--locomo", str(locomo)]  # fmt: skip
+    done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    found = results["false_positives"]
+    assert found["turns"] == 4 and found["touched"] == 1 and found["by_rule"] == {"email": 1}
+    assert "bob@example.com" in found["examples"]["email"][0]
+    assert results["ordinary_numbers"]["touched"] == 0
+    assert 0 < results["order_numbers_as_cards"] < 0.2
+    assert 0 < results["per_turn"]["p50_us"] <= results["per_turn"]["p99_us"]
+    worst = results["adversarial"]
+    assert worst["size"] == 8192 and worst["worst_input"] in worst["seconds"]
+    assert worst["worst_s"] == max(worst["seconds"].values())
+    table = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr
+    assert "LoCoMo turns: changed or flagged  1 of 4" in table.stdout
+    assert "sanitize(turn) p50 / p99 / max us" in table.stdout
+    assert "worst adversarial 8 KiB input" in table.stdout

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from worker.__main__ import _parser
-from worker.client import Exit
+from worker.commands import Exit
 
 WORKER = [sys.executable, "-m", "worker"]
 

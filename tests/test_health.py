@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.conftest import worker_config
 from tests.support import Client, damage_table
 from worker.app import App
-from worker.client import Exit
+from worker.commands import Exit
 
 WORKER = [sys.executable, "-m", "worker"]
 

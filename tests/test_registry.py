@@ -36,7 +36,7 @@ def echo(conn: apsw.Connection, req: EchoRequest, *, now: int) -> EchoReply:
     return EchoReply(text=req.text, at=now, agents=int(str(agents)), duration_ms=0.0)
 
 
-ECHO = Route("memory::toy::echo", EchoRequest, echo, on=WRITER, timed=True)
+ECHO = Route("memory::toy::echo", EchoRequest, echo, on=WRITER, reply_type=EchoReply, timed=True)
 
 
 async def test_a_toy_trigger_is_a_row_structs_and_a_pure_handler(

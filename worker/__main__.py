@@ -11,8 +11,8 @@ from typing import Any, NoReturn
 
 import apsw
 
-from worker import client
-from worker.client import EXIT_CODES, Exit
+from worker import commands
+from worker.commands import EXIT_CODES, Exit
 from worker.config import ConfigError, load_config, nats_url_problem
 from worker.db import DatabaseTooNew, migrate, open_db, unusable
 from worker.logs import configure_logging
@@ -20,7 +20,7 @@ from worker.redact import redact
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse exits 2 on a usage error; 2 is "no worker answered" here (worker/client.py),
+    """argparse exits 2 on a usage error; 2 is "no worker answered" here (worker/commands.py),
     so usage errors get EX_USAGE (64) like the ones found after parsing."""
 
     def error(self, message: str) -> NoReturn:
@@ -64,6 +64,22 @@ def _parser() -> argparse.ArgumentParser:
         "--tenant", help="under tenancy, count one tenant (an account name; '' the default)"
     )
     _client(commands, "check", "exit 0 if a memory worker answers $SRV.PING and is healthy", 3.0)
+    mcp = commands.add_parser("mcp", help="serve MCP tools for one agent, forwarding to a worker")
+    mcp.add_argument("--nats-url", help="NATS server (default: MEMORY_WORKER_NATS_URL)")
+    mcp.add_argument(
+        "--timeout", type=_seconds, default=10.0, help="seconds a tool call may take (default 10)"
+    )
+    mcp.add_argument("--agent", help="the agent whose memories the tools use (fixed)")
+    mcp.add_argument(
+        "--agent-header",
+        help="HTTP mode: take the agent from this request header, set by a trusted proxy",
+    )
+    mcp.add_argument("--http", type=int, metavar="PORT", help="streamable HTTP on PORT (/mcp)")
+    mcp.add_argument("--host", default="127.0.0.1", help="HTTP address (default 127.0.0.1)")
+    mcp.add_argument(
+        "--allow-toggle", action="store_true", help="offer memory_toggle (off by default)"
+    )
+    mcp.add_argument("--inbox-prefix", help="private reply inbox, e.g. _INBOX_alice (tenants)")
     bench = commands.add_parser("bench", help="measure latency, throughput, RSS and quality")
     from worker.bench.command import add_arguments
 
@@ -107,11 +123,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return 0
     if args.command == "fire":
-        return client.fire(config, args)
+        return commands.fire(config, args)
     if args.command == "stats":
-        return client.stats(config, args)
+        return commands.stats(config, args)
     if args.command == "check":
-        return client.check(config, args)
+        return commands.check(config, args)
+    if args.command == "mcp":
+        return commands.mcp(config, args)
     if args.command == "backup":
         from worker.backup import backup_database
 

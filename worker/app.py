@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 import apsw
@@ -44,6 +44,9 @@ from worker.services import Services, wall_clock_ms
 from worker.telemetry import JobRecord, Telemetry
 from worker.tenancy import load_grants
 from worker.writer import Writer
+
+if TYPE_CHECKING:
+    from worker.shards.app import ShardApp
 
 log = structlog.get_logger()
 DRAIN_SECONDS = 8.0
@@ -290,7 +293,13 @@ async def run(config: Config) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    app = App(config)
+    app: App | ShardApp
+    if config.mode == "sharded":
+        from worker.shards.app import ShardApp
+
+        app = ShardApp(config)
+    else:
+        app = App(config)
     stopped = asyncio.create_task(stop.wait())
     try:
         # Start-up waits for a NATS server that is not up yet for as long as it takes; a signal

@@ -20,7 +20,7 @@ from nats.micro import add_service
 from nats.micro.request import Request as MicroRequest
 from nats.micro.service import EndpointConfig, Group, GroupManager, Service
 
-from worker.config import Config
+from worker.config import Config, nats_urls
 from worker.dispatch import Dispatcher
 from worker.redact import redact
 from worker.registry import Route, prefix_groups
@@ -93,17 +93,21 @@ async def connect(
     reconnect: bool = True,
     on_closed: Callable[[], None] | None = None,
     timeout: float = 10.0,
+    inbox_prefix: str | None = None,
 ) -> Any:
     """The worker's long-lived connection (reconnecting, logging its state), or with
     reconnect=False a short-lived quiet client connection for the CLI, given up after timeout.
 
     A refused CONNECT, TLS handshake or missing credentials file raises ConnectionFailed naming
     the server and the cause, instead of being retried forever; the worker still waits for a
-    server that is merely not up yet."""
+    server that is merely not up yet. `inbox_prefix` is where replies come back: a tenant's
+    user may subscribe only to its own (`_INBOX_<user>`, README "Tenants and trust")."""
     try:
         options = connect_options(config)
     except OSError as error:
         raise ConnectionFailed(describe_failure(url, config, error)) from error
+    if inbox_prefix:
+        options["inbox_prefix"] = inbox_prefix
     if not reconnect:
         return await _connect_once(url, config, options, timeout)
 
@@ -136,7 +140,7 @@ async def connect(
 
     connecting = asyncio.ensure_future(
         nats.connect(
-            url,
+            nats_urls(url),
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
             error_cb=on_error,
@@ -177,7 +181,11 @@ async def _connect_once(url: str, config: Config, options: dict[str, Any], timeo
 
     connecting = asyncio.ensure_future(
         nats.connect(
-            url, allow_reconnect=False, max_reconnect_attempts=1, error_cb=on_error, **options
+            nats_urls(url),
+            allow_reconnect=False,
+            max_reconnect_attempts=1,
+            error_cb=on_error,
+            **options,
         )
     )
     waiting: list[asyncio.Future[Any]] = [connecting, failure]

@@ -6,6 +6,7 @@ first request that needs it.
 
 from __future__ import annotations
 
+import re
 import zoneinfo
 from collections.abc import Mapping
 from pathlib import Path
@@ -61,6 +62,18 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     grants: str = ""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
+    # Shards on a NATS cluster (section 16, README "More than one machine"); `single` is one
+    # SQLite file, as always.
+    mode: Literal["single", "sharded"] = "single"
+    # Fixed for the cluster's life: agents are hashed into this many partitions.
+    partitions: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 64
+    shard_name: str = ""  # unique per shard; the host name when empty
+    data_dir: str = "./data/shards"  # one SQLite file per partition this shard holds
+    lease_ttl: Annotated[float, msgspec.Meta(ge=1.0, le=300.0)] = 10.0
+    standbys: Annotated[int, msgspec.Meta(ge=0, le=4)] = 1
+    snapshot_interval: Annotated[int, msgspec.Meta(ge=10)] = 300
+    # Replicas of each partition's log stream, the lease bucket and the snapshots.
+    replicas: Literal[1, 3, 5] = 3
 
 
 FIELDS = frozenset(Config.__struct_fields__)
@@ -131,9 +144,17 @@ def nats_url_problem(url: str) -> str | None:
     return None
 
 
+def nats_urls(url: str) -> list[str]:
+    """A comma-separated list of a cluster's servers, as MEMORY_WORKER_NATS_URL may name them."""
+    return [part.strip() for part in url.split(",")] if "," in url else [url]
+
+
 def _check_semantics(config: Config) -> None:
-    if config.nats_url and (problem := nats_url_problem(config.nats_url)):
-        raise ConfigError(f"{env_name('nats_url')}: {problem}")
+    for url in nats_urls(config.nats_url) if config.nats_url else ():
+        if problem := nats_url_problem(url):
+            raise ConfigError(f"{env_name('nats_url')}: {problem}")
+    if config.mode == "sharded":
+        _check_sharded(config)
     for field in ("consolidate_cron", "evict_cron"):
         expression = getattr(config, field)
         if expression and not croniter.is_valid(expression):
@@ -151,6 +172,25 @@ def _check_semantics(config: Config) -> None:
     if config.grants and config.tenancy != "account":
         raise ConfigError(f"{env_name('grants')}: needs {env_name('tenancy')}=account")
     grant_patterns(config)
+
+
+SHARD_NAME = r"\A[A-Za-z0-9_-]{1,64}\Z"
+
+
+def _check_sharded(config: Config) -> None:
+    """Sharded mode runs against a NATS cluster, never the embedded single server."""
+    if not config.nats_url:
+        raise ConfigError(
+            f"{env_name('nats_url')}: sharded mode needs the NATS cluster's servers "
+            "(comma-separated); the embedded server is for single mode"
+        )
+    if config.shard_name and not re.match(SHARD_NAME, config.shard_name):
+        raise ConfigError(
+            f"{env_name('shard_name')}: {config.shard_name!r} is not 1-64 letters, digits, "
+            "`-` or `_`"
+        )
+    if config.subject_prefix:
+        raise ConfigError(f"{env_name('subject_prefix')}: not supported in sharded mode yet")
 
 
 def grant_patterns(config: Config) -> dict[str, list[str]]:

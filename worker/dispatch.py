@@ -7,8 +7,9 @@ error headers. Nothing here raises: a handler failure never stops the worker.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -16,28 +17,25 @@ import structlog
 
 from handlers.audit import Call
 from schema.errors import Internal, InvalidRequest, Unavailable, WorkerError, error_reply
-from worker.audit import CALL, audited
+from worker.audit import CALL
 from worker.db import DAMAGED
 from worker.json_keys import duplicate_key
 from worker.locate import refusal
-from worker.registry import READER, WRITER, Route
-from worker.services import Services
+from worker.registry import READER, Route
+from worker.services import Context, Services
 from worker.telemetry import Telemetry, TriggerStats
 from worker.tenancy import ADMIN, Caller, caller_of, scoped, untenanted
+from worker.writes import commit
 
 log = structlog.get_logger()
 
 
 async def execute(services: Services, route: Route, request: Any) -> Any:
-    """Run the route's function where its row says: a pure handler in one transaction on the
-    writer, or on a reader, given the time; a flow with the services."""
-    if route.on == WRITER:
-        job = audited(
-            lambda conn: route.run(conn, request, now=services.clock()),
-            lambda reply: () if route.audit is None else route.audit(request, reply),
-            services.clock,
-        )
-        return await services.writer.run(job)
+    """Run the route's function where its row says: a write's decide and apply steps in one
+    transaction on the writer (worker/writes.py), a pure read on a reader, given the time; a
+    flow with the services."""
+    if route.writes is not None:
+        return await commit(services, route.trigger, route.writes, request)
     if route.on == READER:
         return await services.readers.run(
             lambda conn: route.run(conn, request, now=services.clock())
@@ -51,11 +49,26 @@ class Outcome:
     error: WorkerError | None
 
 
+Executor = Callable[[Route, Any], Awaitable[Any]]
+
+
 class Dispatcher:
-    def __init__(self, services: Services, routes: Iterable[Route], telemetry: Telemetry) -> None:
-        """Counts every request in telemetry: its figures per trigger and the in-flight count."""
+    def __init__(
+        self,
+        services: Context,
+        routes: Iterable[Route],
+        telemetry: Telemetry,
+        executor: Executor | None = None,
+    ) -> None:
+        """Counts every request in telemetry: its figures per trigger and the in-flight count.
+        `executor` runs a decoded, scoped request: by default on these services (`execute`);
+        a shard hands it to the owner of the request's partition (worker/shards/router.py)."""
         self.services = services
         self.telemetry = telemetry
+        if executor is None:
+            assert isinstance(services, Services), "a front without services needs an executor"
+            executor = partial(execute, services)
+        self._execute: Executor = executor
         self.routes = {route.trigger: route for route in routes}
         self._decoders = {
             route.trigger: msgspec.json.Decoder(route.request_type)
@@ -150,7 +163,7 @@ class Dispatcher:
             structlog.contextvars.bind_contextvars(agent=agent)
             request = self.scope(route, request, caller)
             audit_call = CALL.set(Call(trigger, source, caller.requester))
-            reply = await execute(self.services, route, request)
+            reply = await self._execute(route, request)
             if route.timed:
                 elapsed = round((time.perf_counter() - started) * 1000, 3)
                 reply = msgspec.structs.replace(reply, duration_ms=elapsed)

@@ -15,6 +15,7 @@ from typing import Literal
 
 import apsw
 import msgspec
+from msgspec import UNSET
 
 from handlers import context as context_handler
 from handlers import recall as recall_handler
@@ -24,9 +25,11 @@ from handlers.session_repair import repair
 from handlers.stats import COUNTED, database_counts
 from handlers.store import check_store, forgotten_content
 from handlers.store import store as store_handler
+from handlers.switch import switched_off
 from schema.base import agent_of, tenant_of
 from schema.context import ContextReply, ContextRequest
 from schema.memory import (
+    NOT_STORED,
     RecallReply,
     RecallRequest,
     StoreReply,
@@ -62,6 +65,8 @@ async def store(s: Services, req: StoreRequest) -> StoreReply:
         embedding = None if vector is None else (s.embedder.name, vector)
 
     def job(conn: apsw.Connection) -> tuple[StoreReply, bool]:
+        if switched_off(conn, agent_of(req)):
+            return NOT_STORED, False
         restores = forgotten_content(conn, req)
         return store_handler(
             conn, req, now=s.clock(), max_content_bytes=limit, embedding=embedding
@@ -81,6 +86,8 @@ def _store_changes(req: StoreRequest) -> Callable[[tuple[StoreReply, bool]], lis
 
     def changes(done: tuple[StoreReply, bool]) -> list[Change]:
         reply, restored = done
+        if reply.id is None:  # the agent's memory is switched off: nothing was written
+            return []
         if restored:
             return [Change(agent_of(req), [reply.id], trigger="memory::unforget")]
         return [Change(agent_of(req), [reply.id])] if reply.stored else []
@@ -99,6 +106,8 @@ def _recall(
     """On a reader thread: rank the snapshot of the agent's columns, count the accesses in the
     index, and read the winners' rows; the reply and the time it was ranked at."""
     now = s.clock()
+    if switched_off(conn, (tenant, req.agent_id)):
+        return RecallReply(memories=[], pinned=[] if req.with_pinned else None), now
     pinned = None
     if req.with_pinned:
         pinned = recall_handler.pinned_memories(conn, tenant, req.agent_id, req)
@@ -154,9 +163,13 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
     """Answers even when the database is damaged: that is when an operator asks."""
     t = s.telemetry
     counts: dict[str, int | None]
+    enabled = None
+    tenant = req.tenant if isinstance(req.tenant, str) else None
     try:
-        tenant = req.tenant if isinstance(req.tenant, str) else None
         counts = dict(await s.readers.run(lambda conn: database_counts(conn, tenant)))
+        if req.agent_id is not UNSET:
+            agent = agent_of(req)
+            enabled = not await s.readers.run(lambda conn: switched_off(conn, agent))
     except DAMAGED as error:
         t.health.corrupt(f"memory::stats: {type(error).__name__}: {error}")
         counts = dict.fromkeys(COUNTED)
@@ -185,6 +198,7 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
         memories_without_vector=counts["memories_without_vector"],
         memories_pinned=counts["memories_pinned"],
         memories_forgotten=counts["memories_forgotten"],
+        agents_disabled=counts["agents_disabled"],
         audit_events=counts["audit_events"],
         entities=counts["entities"],
         relations=counts["relations"],
@@ -202,6 +216,7 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
             )
             for name, record in t.jobs.items()
         },
+        enabled=enabled,
     )
 
 

@@ -1,4 +1,5 @@
-"""The writes of a memory's life that reply with what they decided (forget, unforget, delete):
+"""The writes of a memory's life that reply with what they decided (forget, unforget, delete,
+update, toggle):
 each decides and applies in one writer job, which also records in the audit the memories it
 changed, then answers from the decision (handlers/life.py)."""
 
@@ -9,6 +10,7 @@ from msgspec import UNSET
 
 from handlers.audit import Change
 from handlers.life import Marked, apply_delete, apply_marks, plan_delete, plan_forget
+from handlers.switch import Toggled, apply_toggle, decide_toggle, toggled_changes
 from handlers.update import apply_update, check_update, plan_update
 from schema.base import agent_of, tenant_of
 from schema.life import (
@@ -22,6 +24,7 @@ from schema.life import (
     UpdateReply,
     UpdateRequest,
 )
+from schema.switch import ToggleReply, ToggleRequest
 from worker.audit import audited
 from worker.services import Services
 
@@ -78,3 +81,13 @@ async def update(s: Services, req: UpdateRequest) -> UpdateReply:
     if req.content is not UNSET and embedding is None and s.backfill is not None:
         s.backfill.add(tenant_of(req), req.agent_id)  # the embedder failed: later
     return reply
+
+
+async def toggle(s: Services, req: ToggleRequest) -> ToggleReply:
+    def job(conn: apsw.Connection) -> Toggled:
+        event = decide_toggle(conn, req, now=s.clock())
+        apply_toggle(conn, event)
+        return event
+
+    event = await s.writer.run(audited(job, toggled_changes, s.clock))
+    return ToggleReply(enabled=event.enabled)

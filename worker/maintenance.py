@@ -36,7 +36,7 @@ from handlers.evict import (
 from schema.memory import DAY_MS, ConsolidateReply, ConsolidateRequest, EvictReply, EvictRequest
 from schema.stats import RunFigures
 from worker.audit import audited
-from worker.services import Services
+from worker.services import Context, Services
 from worker.telemetry import JobRecord, MaintenanceRun
 
 log = structlog.get_logger()
@@ -94,7 +94,7 @@ def job_name(trigger: str) -> str:
     return trigger.rsplit("::", 1)[-1]
 
 
-def report(s: Services, trigger: str, source: str, reply: Any) -> None:
+def report(s: Context, trigger: str, source: str, reply: Any) -> None:
     figures = counts(reply)
     dry_run = bool(getattr(reply, "dry_run", False))
     job = job_name(trigger)

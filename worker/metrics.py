@@ -67,6 +67,7 @@ async def render_metrics(telemetry: Telemetry, readers: Readers) -> str:
         ("memories_forgotten", "Memories forgotten and not yet purged."),
         ("audit_events", "Rows in the audit log."),
         ("agents", "Agents with at least one memory."),
+        ("agents_disabled", "Agents whose memory is switched off (memory::toggle)."),
         ("entities", "Knowledge-graph entities."),
         ("sessions", "Sessions."),
         ("database_bytes", "Size of the database pages in bytes."),

@@ -19,31 +19,60 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import KW_ONLY, dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 from handlers import audit, kg, kg_delete, life, listing, session
 from handlers.audit import Change
-from schema.base import TriggerRequest
-from schema.context import ContextRequest
-from schema.kg import KgAddRequest, KgQueryRequest
+from schema.base import Reply, TriggerRequest
+from schema.context import ContextReply, ContextRequest
+from schema.kg import KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest
 from schema.life import (
+    AuditReply,
     AuditRequest,
+    DeleteReply,
     DeleteRequest,
+    EraseReply,
     EraseRequest,
+    ForgetReply,
     ForgetRequest,
+    GetReply,
     GetRequest,
+    KgDeleteReply,
     KgDeleteRequest,
+    ListReply,
     ListRequest,
+    SessionGetReply,
     SessionGetRequest,
+    UnforgetReply,
     UnforgetRequest,
+    UpdateReply,
     UpdateRequest,
 )
-from schema.memory import ConsolidateRequest, EvictRequest, RecallRequest, StoreRequest
-from schema.session import CompactRequest, RepairRequest, SessionListRequest
-from schema.stats import StatsRequest
+from schema.memory import (
+    ConsolidateReply,
+    ConsolidateRequest,
+    EvictReply,
+    EvictRequest,
+    RecallReply,
+    RecallRequest,
+    StoreReply,
+    StoreRequest,
+)
+from schema.session import (
+    CompactReply,
+    CompactRequest,
+    RepairReply,
+    RepairRequest,
+    SessionListReply,
+    SessionListRequest,
+)
+from schema.stats import StatsReply, StatsRequest
+from schema.switch import ToggleReply, ToggleRequest
 from worker import flows, maintenance
 from worker import life as worker_life
-from worker.services import Services
+from worker.services import Context
+from worker.writes import Write, requested
 
 Where = Literal["writer", "reader", "flow"]
 WRITER: Where = "writer"
@@ -60,10 +89,13 @@ class Route:
     run: Callable[..., Any]
     _: KW_ONLY
     on: Where
+    # What a success replies: the run function's return type, and what the Python client
+    # (worker/client.py) decodes the reply as.
+    reply_type: type[Reply]
     # The reply has a `durationMs` that dispatch fills with the time the call took.
     timed: bool = False
     # After a success, what operators are told beyond `trigger.handled` (maintenance counts).
-    report: Callable[[Services, str, str, Any], None] | None = None
+    report: Callable[[Context, str, str, Any], None] | None = None
     # Under tenancy, an administrative request may omit `tenant` to act on every tenant.
     all_tenants: bool = False
     # For a WRITER route: what a success changed, recorded in the audit in the same
@@ -72,6 +104,24 @@ class Route:
     # A write that fire-and-forget publishers may also send through durable ingestion, on
     # `memory.ingest.<verb>` (worker/ingest.py).
     ingest: bool = False
+    # For a WRITER route whose decision is more than its request and time: its decide and
+    # apply steps (worker/writes.py). Without it, a WRITER route's decision is the request.
+    write: Write[Any, Any] | None = None
+
+    @cached_property
+    def writes(self) -> Write[Any, Any] | None:
+        """How the route writes, as decide and apply, or None for a read or a flow."""
+        if self.on != WRITER:
+            return None
+        if self.write is not None:
+            return self.write
+        audit = self.audit
+        return requested(
+            self.request_type,
+            self.run,
+            reply=lambda request, reply: reply,
+            changes=lambda request, reply: () if audit is None else audit(request, reply),
+        )
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -101,14 +151,15 @@ def prefix_groups(prefix: str) -> tuple[str, ...]:
 
 
 ROUTES: tuple[Route, ...] = (
-    Route("memory::store", StoreRequest, flows.store, on=FLOW, ingest=True),
-    Route("memory::recall", RecallRequest, flows.recall, on=FLOW),
-    Route("memory::context", ContextRequest, flows.context, on=FLOW),
+    Route("memory::store", StoreRequest, flows.store, on=FLOW, reply_type=StoreReply, ingest=True),
+    Route("memory::recall", RecallRequest, flows.recall, on=FLOW, reply_type=RecallReply),
+    Route("memory::context", ContextRequest, flows.context, on=FLOW, reply_type=ContextReply),
     Route(
         "memory::evict",
         EvictRequest,
         maintenance.evict,
         on=FLOW,
+        reply_type=EvictReply,
         timed=True,
         report=maintenance.report,
         all_tenants=True,
@@ -118,40 +169,118 @@ ROUTES: tuple[Route, ...] = (
         ConsolidateRequest,
         maintenance.consolidate,
         on=FLOW,
+        reply_type=ConsolidateReply,
         timed=True,
         report=maintenance.report,
         all_tenants=True,
     ),
     Route(
-        "memory::kg::add", KgAddRequest, kg.kg_add, on=WRITER, audit=kg.kg_add_changes, ingest=True
+        "memory::kg::add",
+        KgAddRequest,
+        kg.kg_add,
+        on=WRITER,
+        reply_type=KgAddReply,
+        audit=kg.kg_add_changes,
+        ingest=True,
     ),
-    Route("memory::kg::query", KgQueryRequest, kg.kg_query, on=READER),
+    Route("memory::kg::query", KgQueryRequest, kg.kg_query, on=READER, reply_type=KgQueryReply),
     Route(
         "memory::kg::delete",
         KgDeleteRequest,
         kg_delete.kg_delete,
         on=WRITER,
+        reply_type=KgDeleteReply,
         audit=kg_delete.kg_delete_changes,
         ingest=True,
     ),
-    Route("memory::session::list", SessionListRequest, session.session_list, on=READER),
-    Route("memory::session::compact", CompactRequest, flows.session_compact, on=FLOW),
-    Route("memory::session::repair", RepairRequest, flows.session_repair, on=FLOW),
-    Route("memory::stats", StatsRequest, flows.stats, on=FLOW, all_tenants=True),
-    Route("memory::audit", AuditRequest, audit.audit_events, on=READER, all_tenants=True),
-    Route("memory::get", GetRequest, life.get_memories, on=READER),
-    Route("memory::list", ListRequest, listing.list_memories, on=READER),
-    Route("memory::session::get", SessionGetRequest, listing.session_messages, on=READER),
-    Route("memory::forget", ForgetRequest, worker_life.forget, on=FLOW, ingest=True),
-    Route("memory::unforget", UnforgetRequest, worker_life.unforget, on=FLOW, ingest=True),
-    Route("memory::delete", DeleteRequest, worker_life.delete, on=FLOW, ingest=True),
-    Route("memory::update", UpdateRequest, worker_life.update, on=FLOW, ingest=True),
+    Route(
+        "memory::session::list",
+        SessionListRequest,
+        session.session_list,
+        on=READER,
+        reply_type=SessionListReply,
+    ),
+    Route(
+        "memory::session::compact",
+        CompactRequest,
+        flows.session_compact,
+        on=FLOW,
+        reply_type=CompactReply,
+    ),
+    Route(
+        "memory::session::repair",
+        RepairRequest,
+        flows.session_repair,
+        on=FLOW,
+        reply_type=RepairReply,
+    ),
+    Route(
+        "memory::stats", StatsRequest, flows.stats, on=FLOW, reply_type=StatsReply, all_tenants=True
+    ),
+    Route(
+        "memory::audit",
+        AuditRequest,
+        audit.audit_events,
+        on=READER,
+        reply_type=AuditReply,
+        all_tenants=True,
+    ),
+    Route("memory::get", GetRequest, life.get_memories, on=READER, reply_type=GetReply),
+    Route("memory::list", ListRequest, listing.list_memories, on=READER, reply_type=ListReply),
+    Route(
+        "memory::session::get",
+        SessionGetRequest,
+        listing.session_messages,
+        on=READER,
+        reply_type=SessionGetReply,
+    ),
+    Route(
+        "memory::forget",
+        ForgetRequest,
+        worker_life.forget,
+        on=FLOW,
+        reply_type=ForgetReply,
+        ingest=True,
+    ),
+    Route(
+        "memory::unforget",
+        UnforgetRequest,
+        worker_life.unforget,
+        on=FLOW,
+        reply_type=UnforgetReply,
+        ingest=True,
+    ),
+    Route(
+        "memory::delete",
+        DeleteRequest,
+        worker_life.delete,
+        on=FLOW,
+        reply_type=DeleteReply,
+        ingest=True,
+    ),
+    Route(
+        "memory::update",
+        UpdateRequest,
+        worker_life.update,
+        on=FLOW,
+        reply_type=UpdateReply,
+        ingest=True,
+    ),
     Route(
         "memory::erase",
         EraseRequest,
         life.erase_agent,
         on=WRITER,
+        reply_type=EraseReply,
         audit=life.erase_changes,
+        ingest=True,
+    ),
+    Route(
+        "memory::toggle",
+        ToggleRequest,
+        worker_life.toggle,
+        on=FLOW,
+        reply_type=ToggleReply,
         ingest=True,
     ),
 )

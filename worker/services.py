@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from handlers.recall import KeywordMode
 from worker.config import Config
@@ -21,6 +21,23 @@ from worker.writer import Writer
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class Context(Protocol):
+    """What dispatch and the maintenance report read beside a trigger's execution: Services
+    in single mode, a shard's front (worker/shards/app.py) in sharded mode."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def grants(self) -> Grants: ...
+
+    @property
+    def telemetry(self) -> Telemetry: ...
+
+    @property
+    def clock(self) -> Callable[[], int]: ...
 
 
 @dataclass

@@ -33,6 +33,7 @@ def render(stats: dict[str, Any]) -> str:
     lines.append("")
     for label, key in (
         ("agents", "agents"),
+        ("agents switched off", "agentsDisabled"),
         ("memories", "memories"),
         ("memories without a vector", "memoriesWithoutVector"),
         ("memories pinned", "memoriesPinned"),

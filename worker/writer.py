@@ -47,12 +47,17 @@ class Writer:
         conn: apsw.Connection,
         *,
         after_commit: Callable[[apsw.Connection], None] | None = None,
+        before_commit: Callable[[apsw.Connection, list[tuple[bool, Any]]], None] | None = None,
         name: str = "memory-writer",
     ) -> None:
         """after_commit runs on the writer thread after each successful COMMIT, before any job of
-        the batch is acknowledged (the in-memory index catches up there)."""
+        the batch is acknowledged (the in-memory index catches up there). before_commit gets
+        the (durable, result) of each job that succeeded, still inside the transaction: a shard
+        appends the batch's decisions to its partition's log there (worker/shards/node.py), and
+        if that raises, the whole batch rolls back and fails."""
         self._conn = conn
         self._after_commit = after_commit
+        self._before_commit = before_commit
         self._level = self._current_level = _LEVELS[int(conn.pragma("synchronous"))]
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -116,6 +121,9 @@ class Writer:
                         job.result = job.fn(conn)
                 except Exception as error:
                     job.error = error
+            if self._before_commit is not None:
+                done = [(job.durable, job.result) for job in batch if job.error is None]
+                self._before_commit(conn, done)
             conn.execute("COMMIT")
         except Exception as error:
             if not conn.getautocommit():

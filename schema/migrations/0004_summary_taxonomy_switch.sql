@@ -22,3 +22,8 @@ CREATE TABLE agent_switch (
     disabled_at INTEGER NOT NULL,
     PRIMARY KEY (tenant, agent_id)
 ) STRICT, WITHOUT ROWID;
+
+-- What an audit row can say beyond ids and a count, never content: which sanitiser rules fired
+-- on a store or update (`{"redactions": {"email": 1}, "flags": ["injection"]}`), the state a
+-- toggle set (`{"enabled": false}`). A JSON object, NULL when there is nothing to say.
+ALTER TABLE audit ADD COLUMN detail TEXT;

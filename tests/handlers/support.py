@@ -4,12 +4,12 @@ transaction per call)."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import apsw
 
 from handlers.store import store as store_handler
-from schema.memory import StoreReply, StoreRequest
+from schema.memory import StoreRequest
 
 NOW = 1_700_000_000_000
 DAY = 86_400_000
@@ -17,9 +17,18 @@ WEEK = 7 * DAY
 MAX_CONTENT_BYTES = 524_288  # the worker's default
 
 
+class Stored(NamedTuple):
+    """A store's reply as the handler gives it: it always has an id (only the worker's flow
+    answers a switched-off agent, with none)."""
+
+    id: str
+    stored: bool
+    deduplicated: bool
+
+
 def store(
     conn: apsw.Connection, agent: str, content: str, *, now: int = NOW, **fields: Any
-) -> StoreReply:
+) -> Stored:
     """memory::store's handler in its own transaction; fields are StoreRequest's (snake_case)."""
     with conn:
         reply = store_handler(
@@ -28,7 +37,8 @@ def store(
             now=now,
             max_content_bytes=MAX_CONTENT_BYTES,
         )
-    return reply
+    assert reply.id is not None
+    return Stored(reply.id, reply.stored, reply.deduplicated)
 
 
 def rows(conn: apsw.Connection, sql: str, *params: object) -> list[tuple[Any, ...]]:

@@ -24,12 +24,13 @@ def test_database_counts_count_agents_memories_vectors_graph_and_sessions(
                      "VALUES ('a', 'e1', 'knows', 'e2')")  # fmt: skip
         conn.execute("UPDATE memories SET pinned = 1 WHERE content = 'note 0'")
         conn.execute("UPDATE memories SET forgotten_at = 1 WHERE content IN ('note 1', 'note 2')")
+        conn.execute("INSERT INTO agent_switch (agent_id, disabled_at) VALUES ('b', 1)")
     counts = database_counts(conn)
     assert counts.pop("database_bytes") > 0
     assert counts == {
         "agents": 2, "memories": 7, "memories_without_vector": 7, "memories_pinned": 1,
-        "memories_forgotten": 2, "entities": 2, "relations": 1, "sessions": 4,
-        "audit_events": 0,
+        "memories_forgotten": 2, "agents_disabled": 1, "entities": 2, "relations": 1,
+        "sessions": 4, "audit_events": 0,
     }  # fmt: skip
 
 

@@ -9,7 +9,6 @@ import apsw
 import pytest
 
 from handlers.store import estimate_importance
-from schema.memory import StoreReply
 from tests.handlers.support import NOW, rows, store
 
 
@@ -27,7 +26,7 @@ def test_same_content_same_agent_is_deduplicated_with_the_existing_id(
 ) -> None:
     first = store(conn, "a1", "same words")
     again = store(conn, "a1", "same words", role="assistant")
-    assert again == StoreReply(id=first.id, stored=False, deduplicated=True)
+    assert again == (first.id, False, True)  # (id, stored, deduplicated)
     assert rows(conn, "SELECT count(*), role FROM memories") == [(1, "user")]
 
 

@@ -98,6 +98,7 @@ def test_counts_are_of_one_tenant_or_of_all(conn: apsw.Connection) -> None:
         "memories_without_vector": 1,
         "memories_pinned": 0,
         "memories_forgotten": 0,
+        "agents_disabled": 0,
         "entities": 0,
         "relations": 0,
         "sessions": 1,

@@ -27,6 +27,9 @@ from worker.bench.corpus import Corpus
 from worker.bench.evict import eviction_rows, measure_eviction
 from worker.bench.filtered import filtered_rows, measure_filtered
 from worker.bench.locomo import measure_locomo
+from worker.bench.mcp_trip import mcp_rows, measure_mcp_round_trip
+from worker.bench.overhead import client_rows, measure_client_overhead
+from worker.bench.sanitize import run_sanitize
 from worker.embedded import EmbeddedServer
 from worker.tenancy import REQUEST_INFO, caller_of
 
@@ -133,6 +136,17 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
         results["filtered"] = await measure_filtered(
             client, corpus, args.filtered, args.concurrency
         )
+    if args.client:
+        tenant = "BENCH" if args.tenancy == "account" else None  # administrative, for BENCH
+        results["client_overhead"] = await measure_client_overhead(
+            url, args.subject_prefix, args.client, tenant
+        )
+    if args.mcp:
+        if not args.client:  # the agent it searches is the one the client bench fills
+            results["client_overhead"] = await measure_client_overhead(
+                url, args.subject_prefix, 10, None
+            )
+        results["mcp"] = await measure_mcp_round_trip(url, args.subject_prefix, args.mcp)
     if args.locomo:
         results["locomo"] = await measure_locomo(
             client, Path(args.locomo), embedded=args.embedder != "none"
@@ -253,6 +267,8 @@ def table(results: dict[str, Any]) -> str:
         ("worker RSS before / after MB", f"{results['rss_before_mb']} / {results['rss_after_mb']}"),
         *eviction_rows(results),
         *filtered_rows(results),
+        *client_rows(results),
+        *mcp_rows(results),
     ]
     if "locomo" in results:
         quality = results["locomo"]
@@ -292,13 +308,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="memories in one agent for recall with a 1%% filter and list paging (0: skip)",
     )
+    parser.add_argument(
+        "--client",
+        type=int,
+        default=0,
+        help="calls timed for the Python client's overhead over raw nats-py requests (0: skip)",
+    )
+    parser.add_argument(
+        "--mcp",
+        type=int,
+        default=0,
+        help="memory_search calls timed over stdio through `memory-worker mcp` (0: skip)",
+    )
     parser.add_argument("--locomo", help="a LoCoMo-format JSON file (../shared/bench/)")
+    parser.add_argument(
+        "--sanitize",
+        action="store_true",
+        help="only the sanitiser: false positives on LoCoMo (--locomo, or the dev split in "
+        "../shared/bench/), cost per turn, worst adversarial input",
+    )
+    parser.add_argument(
+        "--sanitize-kib", type=int, default=512, help="size of each adversarial input, KiB"
+    )
     parser.add_argument("--nats-url", help="bench the worker serving on this server instead")
     parser.add_argument("--subject-prefix", default="")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.sanitize:
+        return run_sanitize(args)
     results = asyncio.run(run_bench(args))
     print(json.dumps(results) if args.json else table(results))
     return 0

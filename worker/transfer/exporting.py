@@ -119,11 +119,22 @@ class RelationRecord(Record, frozen=True, tag="relation"):
     tenant: Tenant = DEFAULT_TENANT
 
 
+class SwitchRecord(Record, frozen=True, tag="switch"):
+    """An agent whose memory is switched off (memory::toggle): it stays off where it is
+    imported. Agents whose memory is on have none."""
+
+    agent_id: StoredId
+    disabled_at: Millis
+    tenant: Tenant = DEFAULT_TENANT
+
+
 class End(Record, frozen=True, tag="end"):
     records: Count
 
 
-AnyRecord = Header | MemoryRecord | SessionRecord | EntityRecord | RelationRecord | End
+AnyRecord = (
+    Header | MemoryRecord | SessionRecord | EntityRecord | RelationRecord | SwitchRecord | End
+)
 
 MEMORY_SQL = (
     "SELECT id, agent_id, role, content, hash, session_id, importance, confidence, access_count, "
@@ -131,7 +142,7 @@ MEMORY_SQL = (
     "forgotten_at, summary, category, sensitivity, recall_policy, tags, flags FROM memories "
     "WHERE tenant = ? AND agent_id = ? ORDER BY timestamp, rowid"
 )
-AGENT_TABLES = ("memories", "sessions", "kg_entities", "kg_relations")
+AGENT_TABLES = ("memories", "sessions", "kg_entities", "kg_relations", "agent_switch")
 
 
 def agents_sql(tenant: str | None, agent_id: str | None) -> tuple[str, tuple[str | None, ...]]:
@@ -173,6 +184,10 @@ def _interned(text: Any) -> Any:
 
 def _agent_records(conn: apsw.Connection, tenant: str, agent_id: str) -> Iterator[Record]:
     key = (tenant, agent_id)
+    for (disabled_at,) in conn.execute(
+        "SELECT disabled_at FROM agent_switch WHERE tenant = ? AND agent_id = ?", key
+    ):
+        yield SwitchRecord(tenant=tenant, agent_id=agent_id, disabled_at=disabled_at)
     for row in conn.execute(MEMORY_SQL, key):
         yield MemoryRecord(
             tenant=tenant,

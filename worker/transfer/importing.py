@@ -188,6 +188,11 @@ def _apply(conn: apsw.Connection, records: int) -> ImportResult:
         "SELECT tenant, agent_id, source, type, target FROM temp.transfer_relations ORDER BY seq"
     )
     relations = conn.changes()
+    # An agent switched off in the file stays off; one switched off here stays off too.
+    conn.execute(
+        "INSERT OR IGNORE INTO main.agent_switch (tenant, agent_id, disabled_at) "
+        "SELECT tenant, agent_id, disabled_at FROM temp.transfer_switches ORDER BY seq"
+    )
     return ImportResult(
         records=records,
         memories_imported=memories,

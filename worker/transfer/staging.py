@@ -23,6 +23,7 @@ from worker.transfer.exporting import (
     Header,
     MemoryRecord,
     SessionRecord,
+    SwitchRecord,
     TransferError,
 )
 
@@ -31,7 +32,7 @@ MEMORY_COLUMNS = (
     "last_accessed, timestamp, metadata, embedding, embedding_model, created_at, pinned, "
     "forgotten_at, summary, category, sensitivity, recall_policy, tags, flags"
 )
-STAGE_TABLES = ("memories", "sessions", "messages", "entities", "relations")
+STAGE_TABLES = ("memories", "sessions", "messages", "entities", "relations", "switches")
 STAGE_SQL = f"""
 CREATE TEMP TABLE transfer_memories (seq INTEGER PRIMARY KEY, {MEMORY_COLUMNS}, fresh_id,
     UNIQUE (id), UNIQUE (tenant, agent_id, hash));
@@ -44,6 +45,8 @@ CREATE TEMP TABLE transfer_entities (seq INTEGER PRIMARY KEY, tenant, agent_id, 
     properties, UNIQUE (tenant, agent_id, id));
 CREATE TEMP TABLE transfer_relations (seq INTEGER PRIMARY KEY, tenant, agent_id, source, type,
     target);
+CREATE TEMP TABLE transfer_switches (seq INTEGER PRIMARY KEY, tenant, agent_id, disabled_at,
+    UNIQUE (tenant, agent_id));
 """
 
 
@@ -137,6 +140,16 @@ def _stage_entity(conn: apsw.Connection, r: EntityRecord, tenant: str, line: int
     _insert_once(conn, "transfer_entities", "entity", line, agent, r.id, r.type, properties)
 
 
+def _stage_switch(conn: apsw.Connection, r: SwitchRecord, tenant: str, line: int) -> None:
+    try:
+        conn.execute(
+            "INSERT INTO temp.transfer_switches VALUES (?, ?, ?, ?)",
+            (line, tenant, r.agent_id, r.disabled_at),
+        )
+    except apsw.ConstraintError:
+        raise _at(line, "a second switch record for the agent", "agentId") from None
+
+
 def stage(
     conn: apsw.Connection,
     lines: Iterable[bytes],
@@ -193,6 +206,8 @@ def stage(
             _stage_session(conn, record, tenant, line)
         elif isinstance(record, EntityRecord):
             _stage_entity(conn, record, tenant, line)
+        elif isinstance(record, SwitchRecord):
+            _stage_switch(conn, record, tenant, line)
         else:
             conn.execute(
                 "INSERT INTO temp.transfer_relations VALUES (?, ?, ?, ?, ?, ?)",

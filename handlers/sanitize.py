@@ -1,0 +1,84 @@
+"""What a memory's content becomes before it is stored (contract section 13).
+
+Stored text is replayed into prompts later, so secrets and personal data are replaced by typed
+placeholders (`[redacted:email]`) and prompt-injection markers flag the memory (they are kept:
+the text is evidence, and the flag is what the renderer shows). The rules are a table in
+handlers/sanitize_rules.py; this module applies them in order and says what it did, by type
+and by rule name, never with the matched text (the audit records the names).
+
+Pure: the caller passes the mode (`MEMORY_WORKER_SANITIZE`), hashing and dedup then work on
+the returned text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Literal, NamedTuple
+
+from handlers.sanitize_rules import FLAGGING, REDACTING, Rule
+
+Mode = Literal["redact", "flag", "off"]
+MODES: tuple[Mode, ...] = ("redact", "flag", "off")
+
+
+class Sanitized(NamedTuple):
+    """`redactions` counts replacements by placeholder type (`{}` in `flag` and `off` modes);
+    `flags` is sorted and unique; `rules` names every rule that fired, sorted, for the audit."""
+
+    text: str
+    redactions: dict[str, int]
+    flags: list[str]
+    rules: tuple[str, ...]
+
+
+def placeholder(kind: str) -> str:
+    return f"[redacted:{kind}]"
+
+
+def _apply(rule: Rule, text: str, fired: Counter[str]) -> str:
+    def replace(match: re.Match[str]) -> str:
+        if rule.valid is not None and not rule.valid(match):
+            return match.group()
+        fired[rule.name] += 1
+        if rule.group is None:
+            return placeholder(rule.kind)
+        start, end = match.span(rule.group)
+        offset = match.start()
+        whole = match.group()
+        return whole[: start - offset] + placeholder(rule.kind) + whole[end - offset :]
+
+    return rule.pattern.sub(replace, text)
+
+
+def redact(text: str) -> tuple[str, Counter[str]]:
+    """The text with every redacting rule applied in table order, and how often each fired.
+    Hints are looked for in the original text: a placeholder never completes a match."""
+    fired: Counter[str] = Counter()
+    lowered = text.lower()
+    for rule in REDACTING:
+        if rule.may_match(lowered):
+            text = _apply(rule, text, fired)
+    return text, fired
+
+
+def injection_rules(text: str) -> list[str]:
+    lowered = text.lower()
+    return [r.name for r in FLAGGING if r.may_match(lowered) and r.pattern.search(text)]
+
+
+def sanitize(text: str, mode: Mode) -> Sanitized:
+    if mode == "off":
+        return Sanitized(text, {}, [], ())
+    redacted, fired = redact(text)
+    kind_of = {rule.name: rule.kind for rule in REDACTING}
+    counts: Counter[str] = Counter()
+    for name, times in fired.items():
+        counts[kind_of[name]] += times
+    injected = injection_rules(text)
+    flags = {"injection"} if injected else set()
+    rules = tuple(sorted([*fired, *injected]))
+    if mode == "flag":
+        flags |= {f"pii:{kind}" for kind in counts}
+        return Sanitized(text, {}, sorted(flags), rules)
+    return Sanitized(redacted, dict(sorted(counts.items())), sorted(flags), rules)

@@ -1,0 +1,39 @@
+"""The shipped 3-node cluster config starts on loopback, replicates an R3 stream and keeps an
+acknowledged message when the node that leads the stream is killed (SCALE.md's premise)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import nats
+from nats.js.api import StreamConfig
+
+from tests.cluster import running_cluster
+
+
+async def test_an_r3_stream_keeps_acknowledged_messages_when_its_leader_is_killed(
+    tmp_path: Path,
+) -> None:
+    async with running_cluster(tmp_path) as cluster:
+        nc = await nats.connect(cluster.urls.split(","))
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name="PROBE", subjects=["probe.>"], num_replicas=3))
+        for n in range(50):
+            await js.publish(f"probe.{n}", str(n).encode())
+        info = await js.stream_info("PROBE")
+        assert info.cluster is not None and len(info.cluster.replicas or []) == 2
+        leader = cluster.node(str(info.cluster.leader))
+        cluster.kill(leader)
+        await nc.close()
+        others = [node.url for node in cluster.nodes if node is not leader]
+        nc = await nats.connect(others)
+        js = nc.jetstream()
+        for _ in range(100):
+            try:
+                info = await js.stream_info("PROBE")
+                break
+            except Exception:
+                await asyncio.sleep(0.1)
+        assert info.state.messages == 50
+        await nc.close()

@@ -1,0 +1,113 @@
+"""Sharded mode (contract section 16, SCALE.md) with shards in this process against one
+JetStream server: requests reach their agent's partition through any shard, every partition has
+one owner, and a shard that dies without a word is replaced within two lease TTLs with nothing
+acknowledged lost."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import nats
+
+from tests.conftest import worker_config
+from tests.support import Client
+from worker.shards.app import ShardApp
+from worker.shards.lease import preference
+from worker.shards.partition import partition_of
+
+PARTITIONS = 8
+TTL = 1.5
+
+
+def shard_config(nats_url: str, root: Path, name: str, **overrides: Any) -> Any:
+    return worker_config(
+        nats_url,
+        root / name / "unused.db",
+        mode="sharded",
+        shard_name=name,
+        data_dir=str(root / name),
+        partitions=PARTITIONS,
+        replicas=1,
+        lease_ttl=TTL,
+        **overrides,
+    )
+
+
+@contextlib.asynccontextmanager
+async def shards(nats_url: str, root: Path, *names: str) -> AsyncIterator[list[ShardApp]]:
+    apps = [ShardApp(shard_config(nats_url, root, name)) for name in names]
+    try:
+        for app in apps:
+            await app.start()
+        await settled(apps)
+        yield apps
+    finally:
+        for app in apps:
+            with contextlib.suppress(Exception):
+                await app.stop()
+
+
+async def settled(apps: list[ShardApp], timeout: float = 4 * TTL) -> None:
+    """Until every partition is owned by the one running shard that ranks first for it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    names = [app.name for app in apps]
+    while True:
+        owners = [[app.name for app in apps if app.owned(k)] for k in range(PARTITIONS)]
+        if owners == [[preference(k, names)[0]] for k in range(PARTITIONS)]:
+            return
+        assert loop.time() < deadline, owners
+        await asyncio.sleep(0.1)
+
+
+async def test_any_shard_answers_for_any_agent_and_each_partition_has_one_owner(
+    nats_url: str, tmp_path: Path
+) -> None:
+    async with shards(nats_url, tmp_path, "s1", "s2") as apps:
+        owners = {k: [a.name for a in apps if a.owned(k)] for k in range(PARTITIONS)}
+        assert {name for names in owners.values() for name in names} == {"s1", "s2"}
+        nc = await nats.connect(nats_url)
+        client = Client(nc)
+        agents = [f"agent-{n}" for n in range(12)]
+        for agent in agents:  # the queue group spreads these over both shards
+            await client.ok(
+                "memory::kg::add",
+                {"agentId": agent, "entity": {"id": "e", "type": "t"}},
+            )
+        for agent in agents:
+            body = await client.ok("memory::kg::query", {"agentId": agent, "entityId": "e"})
+            assert body["entities"][0]["id"] == "e"
+            owner = next(a for a in apps if a.owned(partition_of("", agent, PARTITIONS)))
+            node = owner.nodes[partition_of("", agent, PARTITIONS)]
+            assert node.applied >= 1  # the write went through the partition's log
+        await nc.close()
+
+
+async def test_a_shard_that_dies_is_replaced_within_two_ttls_and_loses_nothing(
+    nats_url: str, tmp_path: Path
+) -> None:
+    async with shards(nats_url, tmp_path, "s1", "s2") as apps:
+        nc = await nats.connect(nats_url)
+        client = Client(nc)
+        agents = [f"agent-{n}" for n in range(12)]
+        for agent in agents:
+            await client.ok(
+                "memory::kg::add", {"agentId": agent, "entity": {"id": "e", "type": "t"}}
+            )
+        dead, alive = apps
+        # Gone without a word: no lease released, no subscription drained.
+        assert dead._balancer is not None
+        dead._balancer.cancel()
+        await dead.nc.close()
+        started = asyncio.get_running_loop().time()
+        await settled([alive], timeout=3 * TTL)
+        took = asyncio.get_running_loop().time() - started
+        assert took <= 2 * TTL + 1.0, took
+        for agent in agents:
+            body = await client.ok("memory::kg::query", {"agentId": agent, "entityId": "e"})
+            assert [e["id"] for e in body["entities"]] == ["e"], agent
+        await nc.close()

@@ -1,0 +1,229 @@
+"""`memory-worker mcp`: the Model Context Protocol in front of a running worker, for one agent.
+
+An MCP client (Claude Desktop, an IDE, an agent framework) starts this process, or reaches it
+over streamable HTTP, and gets tools to save, search and manage memories; every call goes to
+the worker over NATS through the Python client (worker/client.py). The agent whose memories
+they are is fixed by whoever deploys the server (`--agent`, or in HTTP mode a header that a
+trusted proxy sets): it is never an argument a model could choose.
+
+Refusals come back as tool errors (`isError`) with the worker's code and message, so that a
+model reads "forbidden" rather than an empty result; a worker or NATS that is down is one too,
+within `--timeout`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, TypeVar
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from pydantic import Field
+
+from schema.errors import WorkerError
+from schema.life import ForgetRequest, GetRequest, ListRequest
+from schema.memory import RecallRequest, StoreRequest
+from schema.session import SessionListRequest
+from schema.switch import ToggleRequest
+from worker.client import MemoryClient
+from worker.client_errors import ClientError
+from worker.config import Config
+from worker.mcp_text import (
+    CONTEXT,
+    FORGET,
+    GET,
+    INSTRUCTIONS,
+    LIST,
+    SAVE,
+    SEARCH,
+    TOGGLE,
+    context_block,
+    memory_lines,
+    recalled_lines,
+)
+
+T = TypeVar("T")
+Importance = Annotated[
+    float | None,
+    Field(ge=0.0, le=1.0, description="0-1; see the guidelines above. Omit to let it be estimated"),
+]
+Ids = Annotated[list[str], Field(min_length=1, max_length=100, description="memory ids")]
+
+
+class Bridge:
+    """The one connection to the worker, made on first use and again after it is lost, so
+    that the server starts (and answers tools/list) while NATS is still down."""
+
+    def __init__(self, config: Config, url: str, timeout: float, inbox_prefix: str | None):
+        self.config = config
+        self.url = url
+        self.timeout = timeout
+        self.inbox_prefix = inbox_prefix
+        self._client: MemoryClient | None = None
+        self._lock = asyncio.Lock()
+
+    async def client(self) -> MemoryClient:
+        async with self._lock:
+            if self._client is None or self._client.closed:
+                self._client = await MemoryClient.connect(
+                    self.url,
+                    config=self.config,
+                    timeout=self.timeout,
+                    inbox_prefix=self.inbox_prefix,
+                )
+            return self._client
+
+    async def call(self, ask: Callable[[MemoryClient], Awaitable[T]]) -> T:
+        """What ask returns; a refusal or failure as the error a model reads."""
+        try:
+            return await ask(await self.client())
+        except WorkerError as error:
+            raise ToolError(f"the memory worker refused ({error.code}): {error.message}") from None
+        except ClientError as error:
+            raise ToolError(f"the memory worker is unavailable: {error}") from None
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+
+
+def agent_resolver(agent: str | None, header: str | None) -> Callable[[Context], str]:
+    """Where the agent comes from: the deployer's --agent, or the header a proxy sets."""
+
+    def resolve(ctx: Context) -> str:
+        if agent is not None:
+            return agent
+        assert header is not None
+        value = (ctx.headers or {}).get(header.lower()) or (ctx.headers or {}).get(header)
+        if not value:
+            raise ToolError(f"no agent: the request has no {header} header")
+        return value
+
+    return resolve
+
+
+def build_server(
+    bridge: Bridge, agent: str | None, header: str | None, *, allow_toggle: bool
+) -> MCPServer[Any]:
+    @asynccontextmanager
+    async def lifespan(_: MCPServer[Any]) -> AsyncIterator[None]:
+        try:
+            yield None
+        finally:
+            await bridge.close()
+
+    server: MCPServer[Any] = MCPServer(
+        "memory-worker", instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING"
+    )
+    agent_of = agent_resolver(agent, header)
+
+    @server.tool(name="memory_save", description=SAVE, structured_output=False)
+    async def memory_save(
+        content: Annotated[str, Field(min_length=1, description="one self-contained fact")],
+        ctx: Context,
+        importance: Importance = None,
+    ) -> str:
+        fields: dict[str, Any] = {} if importance is None else {"importance": importance}
+        request = StoreRequest(agent_id=agent_of(ctx), content=content, **fields)
+        reply = await bridge.call(lambda c: c.store(request))
+        if reply.disabled:
+            return "Not saved: memory is switched off for this agent."
+        if reply.deduplicated:
+            return f"Already known (id {reply.id})."
+        return f"Saved (id {reply.id})."
+
+    @server.tool(name="memory_search", description=SEARCH, structured_output=False)
+    async def memory_search(
+        query: Annotated[str, Field(min_length=1, description="words to look for")],
+        ctx: Context,
+        limit: Annotated[int, Field(ge=1, le=20, description="at most this many")] = 5,
+    ) -> str:
+        request = RecallRequest(agent_id=agent_of(ctx), query=query, limit=limit)
+        reply = await bridge.call(lambda c: c.recall(request))
+        return recalled_lines(reply.memories) or "No memories match."
+
+    @server.tool(name="memory_context", description=CONTEXT, structured_output=False)
+    async def memory_context(
+        query: Annotated[str, Field(description="what the conversation is about")],
+        ctx: Context,
+        limit: Annotated[int, Field(ge=1, le=20)] = 10,
+    ) -> str:
+        request = RecallRequest(agent_id=agent_of(ctx), query=query, limit=limit, with_pinned=True)
+        reply = await bridge.call(lambda c: c.recall(request))
+        return context_block(reply.pinned or [], reply.memories)
+
+    @server.tool(name="memory_get", description=GET, structured_output=False)
+    async def memory_get(ids: Ids, ctx: Context) -> str:
+        request = GetRequest(agent_id=agent_of(ctx), ids=ids)
+        reply = await bridge.call(lambda c: c.get(request))
+        missing = f"\nNot found: {', '.join(reply.missing)}" if reply.missing else ""
+        return (memory_lines(reply.memories) or "None found.") + missing
+
+    @server.tool(name="memory_forget", description=FORGET, structured_output=False)
+    async def memory_forget(ids: Ids, ctx: Context) -> str:
+        request = ForgetRequest(agent_id=agent_of(ctx), ids=ids)
+        reply = await bridge.call(lambda c: c.forget(request))
+        missing = f"; not found: {', '.join(reply.missing)}" if reply.missing else ""
+        return f"Forgot {reply.forgotten}{missing}."
+
+    @server.tool(name="memory_list", description=LIST, structured_output=False)
+    async def memory_list(
+        ctx: Context,
+        limit: Annotated[int, Field(ge=1, le=100)] = 20,
+        cursor: Annotated[str | None, Field(description="nextCursor of the last page")] = None,
+    ) -> str:
+        more: dict[str, Any] = {} if cursor is None else {"cursor": cursor}
+        request = ListRequest(agent_id=agent_of(ctx), limit=limit, **more)
+        reply = await bridge.call(lambda c: c.list_memories(request))
+        text = memory_lines(reply.memories) or "No memories."
+        return text + (f"\nnextCursor: {reply.next_cursor}" if reply.next_cursor else "")
+
+    if allow_toggle:
+
+        @server.tool(name="memory_toggle", description=TOGGLE, structured_output=False)
+        async def memory_toggle(enabled: bool, ctx: Context) -> str:
+            request = ToggleRequest(agent_id=agent_of(ctx), enabled=enabled)
+            reply = await bridge.call(lambda c: c.toggle(request))
+            return "Memory is on." if reply.enabled else "Memory is off."
+
+    if agent is not None:  # static resources get no request, so no header to read
+        add_resources(server, bridge, agent)
+    return server
+
+
+def add_resources(server: MCPServer[Any], bridge: Bridge, agent: str) -> None:
+    async def read(ask: Callable[[MemoryClient], Awaitable[T]]) -> T:
+        try:
+            return await bridge.call(ask)
+        except ToolError as error:
+            raise ResourceError(str(error)) from None
+
+    @server.resource("memory://pinned", name="pinned", mime_type="text/plain")
+    async def pinned() -> str:
+        """The agent's pinned memories: always part of its context."""
+        request = ListRequest(agent_id=agent, pinned=True, limit=1000)
+        reply = await read(lambda c: c.list_memories(request))
+        return memory_lines(reply.memories) or "No pinned memories."
+
+    @server.resource("memory://sessions", name="sessions", mime_type="text/plain")
+    async def sessions() -> str:
+        """The agent's conversation sessions, most recent first."""
+        reply = await read(lambda c: c.session_list(SessionListRequest(agent_id=agent)))
+        lines = [
+            f"{s.id}: {s.message_count} messages, updated {s.updated_at}"
+            for s in sorted(reply.sessions, key=lambda s: -s.updated_at)
+        ]
+        return "\n".join(lines) or "No sessions."
+
+
+def serve(config: Config, args: argparse.Namespace, url: str) -> None:
+    """Run until the client closes stdin (stdio) or SIGINT/SIGTERM (HTTP)."""
+    bridge = Bridge(config, url, args.timeout, args.inbox_prefix)
+    server = build_server(bridge, args.agent, args.agent_header, allow_toggle=args.allow_toggle)
+    if args.http is None:
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=args.host, port=args.http)

@@ -1,0 +1,236 @@
+"""A shard: one worker process of sharded mode (MEMORY_WORKER_MODE=sharded, SCALE.md).
+
+It serves the plain subjects like a single-mode worker and routes each request to its agent's
+partition (worker/shards/router.py); it holds the partitions the lease bucket gives it, one
+SQLite file each (worker/shards/node.py), and follows as standby those it ranks next for.
+
+Every TTL/3 it says it is alive, renews what it holds and looks at every partition: it takes a
+free partition it ranks first for (or any free one it is a standby of, once it has been free for
+a whole TTL), hands back one that a higher-ranked live shard should hold, and steps down from
+one whose lease it lost. Before it serves a partition it replays the log beyond its file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from worker.bus import MemoryService, connect
+from worker.config import Config
+from worker.dispatch import Dispatcher
+from worker.readers import Readers
+from worker.recall_index.index import MemoryIndex
+from worker.registry import ROUTES
+from worker.services import Services, wall_clock_ms
+from worker.shards.lease import Leases, open_bucket, preference
+from worker.shards.log import PartitionLog, ShardSetupError
+from worker.shards.node import PartitionNode
+from worker.shards.router import Router, serve_partition
+from worker.telemetry import Telemetry
+from worker.tenancy import Grants, load_grants
+from worker.writer import Writer
+from worker.writes import Replayer
+
+log = structlog.get_logger()
+DRAIN_SECONDS = 8.0
+
+
+@dataclass
+class Front:
+    """What dispatch reads on a shard, beside the partitions it routes to."""
+
+    config: Config
+    grants: Grants
+    telemetry: Telemetry = field(default_factory=Telemetry)
+    clock: Any = wall_clock_ms
+
+
+class ShardApp:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.name = config.shard_name or socket.gethostname()
+        self.telemetry = Telemetry()
+        self.nodes: dict[int, PartitionNode] = {}
+        self.nc: Any = None
+        self.leases: Leases | None = None
+        self.plog: PartitionLog | None = None
+        self.connection_lost = asyncio.Event()
+        self._subscriptions: dict[int, Any] = {}
+        self._free_since: dict[int, float] = {}
+        self._service: MemoryService | None = None
+        self._balancer: asyncio.Task[None] | None = None
+        self._embedder: Any = None
+        self._replayer = Replayer({r.trigger: r.writes for r in ROUTES if r.writes is not None})
+        self._serving: set[asyncio.Task[None]] = set()
+
+    def owned(self, partition: int) -> PartitionNode | None:
+        node = self.nodes.get(partition)
+        return node if node is not None and node.owner else None
+
+    async def start(self) -> None:
+        from worker.app import make_embedder
+
+        config = self.config
+        self.nc = nc = await connect(config.nats_url, config, on_closed=self.connection_lost.set)
+        js = nc.jetstream()
+        try:
+            await js.account_info()
+        except Exception as error:
+            raise ShardSetupError(
+                f"sharded mode needs JetStream on the NATS servers ({type(error).__name__}: "
+                f"{error})"
+            ) from None
+        self.plog = PartitionLog(js, config.partitions, config.replicas)
+        await self.plog.ensure()
+        kv = await open_bucket(js, config.lease_ttl, config.replicas)
+        self.leases = Leases(kv, self.name, config.lease_ttl)
+        self._embedder = make_embedder(config, nc)
+        front = Front(config, load_grants(config), self.telemetry)
+        router = Router(
+            nc,
+            config.partitions,
+            self.owned,
+            self._superseded,
+            wait_for_owner=2 * config.lease_ttl,
+        )
+        dispatcher = Dispatcher(front, ROUTES, self.telemetry, executor=router)
+        self._service = MemoryService(nc, dispatcher, "")
+        await self._service.start(ROUTES, self.telemetry.health.metadata)
+        await self._balance()
+        self._balancer = asyncio.create_task(self._balance_forever())
+        log.info("shard.started", shard=self.name, partitions=config.partitions)
+
+    def _services(self, writer: Writer, readers: Readers, index: MemoryIndex) -> Services:
+        return Services(
+            config=self.config,
+            writer=writer,
+            readers=readers,
+            index=index,
+            embedder=self._embedder,
+            nc=self.nc,
+            keyword_mode=self.config.keyword,
+            telemetry=self.telemetry,
+        )
+
+    async def _balance_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.lease_ttl / 3)
+            try:
+                await self._balance()
+            except Exception as error:  # the bucket or the log unreachable for now
+                log.warning("shard.balance_failed", shard=self.name, error=repr(error))
+
+    async def _balance(self) -> None:
+        assert self.leases is not None
+        leases = self.leases
+        await leases.beat()
+        live = await leases.live_shards() or [self.name]
+        loop = asyncio.get_running_loop()
+        for partition in range(self.config.partitions):
+            ranked = preference(partition, live)
+            if partition in leases.held:
+                verdict = await leases.renew(partition)
+                if verdict == "lost":
+                    await self._demote(partition, "lease lost")
+                elif verdict == "held" and ranked[0] != self.name:
+                    await self._demote(partition, f"handed back to {ranked[0]}")
+                    await leases.release(partition)
+                continue
+            keepers = ranked[: 1 + self.config.standbys]
+            if self.name not in keepers:
+                await self._drop(partition)
+                continue
+            holder = await leases.holder(partition)
+            if holder is None:
+                since = self._free_since.setdefault(partition, loop.time())
+                waited = loop.time() - since >= self.config.lease_ttl
+                if (ranked[0] == self.name or waited) and await leases.acquire(partition):
+                    await self._promote(partition)
+                continue
+            self._free_since.pop(partition, None)
+            if holder != self.name:
+                await self._standby(partition)
+
+    async def _node(self, partition: int) -> PartitionNode:
+        node = self.nodes.get(partition)
+        if node is None:
+            assert self.plog is not None
+            node = PartitionNode(partition, self.config, self._services, self.plog, self._replayer)
+            await node.open()
+            self.nodes[partition] = node
+        return node
+
+    async def _standby(self, partition: int) -> None:
+        node = await self._node(partition)
+        if not node.owner:
+            node.follow()
+
+    async def _promote(self, partition: int) -> None:
+        self._free_since.pop(partition, None)
+        node = await self._node(partition)
+        await node.stop_following()
+        replayed = await node.catch_up()
+        node.owner = True
+
+        async def accept(msg: Any) -> None:
+            task = asyncio.create_task(
+                serve_partition(self.nc, node, msg, lambda: self._superseded(partition))
+            )
+            self._serving.add(task)
+            task.add_done_callback(self._serving.discard)
+
+        self._subscriptions[partition] = await self.nc.subscribe(
+            f"memory.p.{partition}.>", queue=f"memory-p{partition}", cb=accept
+        )
+        log.info("shard.owns", shard=self.name, partition=partition, replayed=replayed,
+                 applied=node.applied)  # fmt: skip
+
+    def _superseded(self, partition: int) -> None:
+        """Another shard wrote to the partition: stop serving it at once."""
+        asyncio.get_running_loop().create_task(self._demote(partition, "superseded"))
+        if self.leases is not None:
+            self.leases.held.pop(partition, None)
+
+    async def _demote(self, partition: int, why: str) -> None:
+        node = self.nodes.get(partition)
+        subscription = self._subscriptions.pop(partition, None)
+        if subscription is not None:
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
+        if node is not None and node.owner:
+            node.owner = False
+            log.info("shard.steps_down", shard=self.name, partition=partition, why=why)
+
+    async def _drop(self, partition: int) -> None:
+        node = self.nodes.pop(partition, None)
+        if node is not None:
+            await self._demote(partition, "not a keeper")
+            await node.close()
+
+    async def stop(self) -> None:
+        if self._balancer is not None:
+            self._balancer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._balancer
+        if self._service is not None:
+            await self._service.stop(timeout=DRAIN_SECONDS)
+        for partition in list(self._subscriptions):
+            await self._demote(partition, "stopping")
+        if self._serving:
+            await asyncio.wait(set(self._serving), timeout=DRAIN_SECONDS)
+        if self.leases is not None:
+            for partition in list(self.leases.held):
+                await self.leases.release(partition)
+        for node in list(self.nodes.values()):
+            await node.close()
+        self.nodes.clear()
+        if self._embedder is not None:
+            await self._embedder.close()
+        if self.nc is not None and not self.nc.is_closed:
+            await self.nc.drain()
+        log.info("shard.stopped", shard=self.name)

@@ -1,0 +1,196 @@
+"""One partition on this shard: its own SQLite file, writer, readers and recall index, kept in
+step with the partition's log.
+
+As owner, a partition's writer runs each write's decide and apply steps as in single mode, and
+before the batch commits appends the batch's decisions to the log (expected sequence: the last
+one applied), recording the new sequence in the same transaction. The reply goes out after the
+COMMIT, so a success means the write is in the replicated stream. A crash after the append and
+before the COMMIT loses nothing: the next catch-up applies the batch from the log.
+
+As standby, or before serving, it replays the log from the sequence it applied last, with the
+same apply (worker/writes.py Replayer). Access counts of recalls are not logged: a new owner
+starts from the counts its copy had (README "More than one machine").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import apsw
+import msgspec
+import structlog
+
+from worker.config import Config
+from worker.db import migrate, open_db
+from worker.readers import Readers
+from worker.recall_index.index import MemoryIndex
+from worker.services import Services, wall_clock_ms
+from worker.shards.log import PartitionLog
+from worker.writer import Writer
+from worker.writes import LogEntry, Logged, Replayer
+
+log = structlog.get_logger()
+APPEND_TIMEOUT_S = 30.0
+# Which log sequence this file has applied, per partition it holds (one row).
+SHARD_LOG_SQL = (
+    "CREATE TABLE IF NOT EXISTS shard_log "
+    "(partition INTEGER PRIMARY KEY, applied INTEGER NOT NULL) STRICT"
+)
+_BATCH = msgspec.msgpack.Decoder(list[LogEntry])
+_ENCODE = msgspec.msgpack.Encoder()
+
+
+class NotOwner(RuntimeError):
+    """A write reached a partition this shard does not own (any more)."""
+
+
+class LogGap(RuntimeError):
+    """The log no longer holds the batches after what this file applied (trimmed after a
+    snapshot): the partition must be restored from a snapshot first."""
+
+
+class _Replayed:
+    """What a replay job returns: not a new write, nothing to append."""
+
+
+REPLAYED = _Replayed()
+
+
+class PartitionNode:
+    def __init__(
+        self,
+        partition: int,
+        config: Config,
+        build: Callable[[Writer, Readers, MemoryIndex], Services],
+        plog: PartitionLog,
+        replayer: Replayer,
+    ) -> None:
+        """`build` makes the services a flow is handed from this partition's writer, readers
+        and index, and what the shard shares (embedder, NATS, telemetry)."""
+        self.partition = partition
+        self.config = config
+        self.plog = plog
+        self.replayer = replayer
+        self.loop = asyncio.get_running_loop()
+        self.path = Path(config.data_dir) / f"p{partition:04d}.db"
+        self.owner = False
+        self.applied = 0
+        self._build = build
+        self._conn: apsw.Connection | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self.services: Services | None = None
+
+    async def open(self) -> None:
+        config = self.config
+        readers = Readers(self.path)
+        index = MemoryIndex(readers, config.index_memory_mb * 1024 * 1024, wall_clock_ms)
+        # The log is the durable copy: the file need not sync every commit.
+        conn = self._conn = open_db(self.path, synchronous="normal")
+        migrate(conn)
+        conn.execute(SHARD_LOG_SQL)
+        conn.execute(
+            "INSERT OR IGNORE INTO shard_log (partition, applied) VALUES (?, 0)", (self.partition,)
+        )
+        self.applied = int(
+            conn.execute("SELECT applied FROM shard_log WHERE partition = ?", (self.partition,)).get
+        )
+        index.attach(conn)
+        writer = Writer(
+            conn,
+            after_commit=index.after_commit,
+            before_commit=self._append,
+            name=f"memory-writer-p{self.partition}",
+        )
+        writer.start()
+        self.services = self._build(writer, readers, index)
+
+    def _append(self, conn: apsw.Connection, done: list[tuple[bool, Any]]) -> None:
+        """On the writer thread, inside the batch's transaction: log its decisions first."""
+        entries = [result.entry for _, result in done if isinstance(result, Logged)]
+        if any(durable and not isinstance(r, Logged | _Replayed) for durable, r in done):
+            raise RuntimeError("a write without decide and apply steps cannot run sharded")
+        if not entries:
+            return
+        if not self.owner:
+            raise NotOwner(f"partition {self.partition} is not owned by this shard")
+        append = self.plog.append(self.partition, _ENCODE.encode(entries), after=self.applied)
+        seq = asyncio.run_coroutine_threadsafe(append, self.loop).result(APPEND_TIMEOUT_S)
+        self._set_applied(conn, seq)
+
+    def _set_applied(self, conn: apsw.Connection, seq: int) -> None:
+        conn.execute("UPDATE shard_log SET applied = ? WHERE partition = ?", (seq, self.partition))
+        self.applied = seq
+
+    def _replay(self, conn: apsw.Connection, seq: int, data: bytes) -> _Replayed:
+        if seq <= self.applied:
+            return REPLAYED  # delivered again: applied already
+        if seq != self.applied + 1:
+            raise LogGap(
+                f"partition {self.partition}: the log starts after {seq - 1}, this file "
+                f"applied {self.applied}"
+            )
+        for entry in _BATCH.decode(data):
+            self.replayer.replay(conn, entry)
+        self._set_applied(conn, seq)
+        return REPLAYED
+
+    async def catch_up(self) -> int:
+        """Apply every batch the log holds beyond this file; how many."""
+        assert self.services is not None
+        last = await self.plog.last_seq(self.partition)
+        applied = 0
+        if last <= self.applied:
+            return 0
+        entries = self.plog.read(self.partition, self.applied)
+        try:
+            async for entry in entries:
+                await self.services.writer.run(
+                    lambda conn, e=entry: self._replay(conn, e.seq, e.data)  # type: ignore[misc]
+                )
+                applied += 1
+                if entry.seq >= last:
+                    break
+        finally:
+            await entries.aclose()
+        return applied
+
+    def follow(self) -> None:
+        """As standby: apply each batch as it is appended, until promoted or closed."""
+        if self._follower is None or self._follower.done():
+            self._follower = self.loop.create_task(self._follow())
+
+    async def _follow(self) -> None:
+        assert self.services is not None
+        entries = self.plog.read(self.partition, self.applied)
+        try:
+            async for entry in entries:
+                await self.services.writer.run(
+                    lambda conn, e=entry: self._replay(conn, e.seq, e.data)  # type: ignore[misc]
+                )
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.error("shard.follow_failed", partition=self.partition, error=str(error))
+        finally:
+            await entries.aclose()
+
+    async def stop_following(self) -> None:
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._follower
+            self._follower = None
+
+    async def close(self) -> None:
+        self.owner = False
+        await self.stop_following()
+        if self.services is not None:
+            self.services.writer.stop()
+            self.services.readers.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

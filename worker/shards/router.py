@@ -1,0 +1,142 @@
+"""Requests to the partition that holds their agent, whichever shard they reached.
+
+Every shard serves the plain subjects (`memory.store`, ...) in the usual queue group, so clients
+change nothing. Dispatch decodes and scopes a request there as in single mode (tenancy, grants,
+the audit's caller), then hands it to the router: a partition this shard owns runs it at once;
+any other is asked of its owner on `memory.p.<k>.<token>.<verb>` (queue group `memory-p<k>`),
+with the caller in headers that only the worker's own account can set (the deployment lets no
+tenant publish under `memory.p.>`). While a partition has no owner (a failover), the router
+retries for up to two lease TTLs before it answers 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import nats.errors
+import structlog
+
+from handlers.audit import Call
+from schema.base import tenant_of
+from schema.errors import Unavailable, WorkerError, error_reply
+from worker.audit import CALL
+from worker.client_errors import refusal
+from worker.dispatch import execute
+from worker.outgoing import ERROR_CODE, ERROR_TEXT
+from worker.registry import ROUTES, Route
+from worker.shards.log import Superseded
+from worker.shards.node import NotOwner, PartitionNode
+from worker.shards.partition import agent_token, partition_of_token
+
+log = structlog.get_logger()
+SOURCE = "Memory-Source"
+REQUESTER = "Memory-Requester"
+BY_VERB = {route.ingest_verb: route for route in ROUTES}
+RETRY_S = 0.2
+
+
+def partition_subject(partition: int, token: str, route: Route) -> str:
+    return f"memory.p.{partition}.{token}.{route.ingest_verb}"
+
+
+class Router:
+    def __init__(
+        self,
+        nc: Any,
+        partitions: int,
+        owned: Callable[[int], PartitionNode | None],
+        on_superseded: Callable[[int], None],
+        *,
+        wait_for_owner: float,
+        timeout: float = 30.0,
+    ) -> None:
+        self.nc = nc
+        self.partitions = partitions
+        self.owned = owned
+        self.on_superseded = on_superseded
+        self.wait_for_owner = wait_for_owner
+        self.timeout = timeout
+        self._encoder = msgspec.json.Encoder()
+
+    async def __call__(self, route: Route, request: Any) -> Any:
+        agent_id = getattr(request, "agent_id", None)
+        if not isinstance(agent_id, str):
+            raise Unavailable(
+                f"{route.trigger} without agentId (every agent at once) is not served in "
+                "sharded mode yet; name the agent"
+            )
+        token = agent_token(tenant_of(request), agent_id)
+        partition = partition_of_token(token, self.partitions)
+        node = self.owned(partition)
+        if node is not None and node.services is not None:
+            try:
+                return await execute(node.services, route, request)
+            except (Superseded, NotOwner):
+                self.on_superseded(partition)  # then ask whoever owns it now
+        return await self._forward(partition, token, route, request)
+
+    async def _forward(self, partition: int, token: str, route: Route, request: Any) -> Any:
+        call = CALL.get()
+        headers = {SOURCE: "bus" if call is None else call.source}
+        if call is not None and call.requester:
+            headers[REQUESTER] = call.requester
+        body = self._encoder.encode(request)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait_for_owner
+        subject = partition_subject(partition, token, route)
+        while True:
+            try:
+                msg = await self.nc.request(subject, body, timeout=self.timeout, headers=headers)
+            except nats.errors.NoRespondersError:
+                if loop.time() > deadline:
+                    raise Unavailable(
+                        f"partition {partition} has no owner yet (a shard is taking it over); retry"
+                    ) from None
+                await asyncio.sleep(RETRY_S)
+                continue
+            error = refusal(msg.headers, msg.data)
+            if error is None:
+                return msgspec.json.decode(msg.data, type=route.reply_type)
+            if error.status == "503" and loop.time() <= deadline:
+                await asyncio.sleep(RETRY_S)  # it stepped down meanwhile: ask the next owner
+                continue
+            raise error
+
+
+async def serve_partition(
+    nc: Any, node: PartitionNode, msg: Any, on_superseded: Callable[[], None]
+) -> None:
+    """Answer one request forwarded to a partition this shard owns."""
+    encoder = msgspec.json.Encoder()
+    headers = msg.headers or {}
+    verb = ".".join(msg.subject.split(".")[4:])
+    route = BY_VERB.get(verb)
+    try:
+        if route is None:
+            raise Unavailable(f"no trigger {verb!r} here")
+        if not node.owner or node.services is None:
+            raise Unavailable(f"partition {node.partition} is not owned here any more")
+        request = msgspec.json.decode(msg.data, type=route.request_type)
+        token = CALL.set(Call(route.trigger, headers.get(SOURCE, "bus"), headers.get(REQUESTER)))
+        try:
+            reply = await execute(node.services, route, request)
+        finally:
+            CALL.reset(token)
+        await nc.publish(msg.reply, encoder.encode(reply))
+    except WorkerError as error:
+        await _respond_error(nc, msg, error)
+    except (Superseded, NotOwner) as error:
+        on_superseded()
+        await _respond_error(nc, msg, Unavailable(f"partition {node.partition}: {error}; retry"))
+    except Exception as error:
+        log.error("shard.request_failed", partition=node.partition, error=repr(error))
+        await _respond_error(nc, msg, Unavailable(f"partition {node.partition}: {error}"))
+
+
+async def _respond_error(nc: Any, msg: Any, error: WorkerError) -> None:
+    body = msgspec.json.encode(error_reply(error))
+    headers = {ERROR_CODE: error.status, ERROR_TEXT: error.message}
+    await nc.publish(msg.reply, body, headers=headers)

@@ -1,0 +1,136 @@
+"""Every write trigger as two pure steps, decide and apply, and the one place that runs them.
+
+decide (connection, request, now, prepared) -> a decision: a msgspec struct holding every id,
+time and vector the write chose, read from the state it saw; apply (connection, decision) -> what
+it did. The audit's changes and the reply are computed from the decision and that result.
+
+Single mode runs both in one writer transaction (`commit`). Sharded mode (worker/shards/) runs
+them the same way on a partition's owner and also appends the transaction's decisions to the
+partition's log before it commits; standbys and a restarted shard `replay` the log with the same
+apply, and record the same audit rows, so every copy of a partition holds the same rows.
+
+`prepare` is what a write awaits before its transaction, outside the writer: the embedding of a
+stored text, an LLM's summary. Its result goes into the decision through decide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+
+import apsw
+import msgspec
+
+from handlers.audit import Call, Change, record
+from worker.audit import CALL
+
+if TYPE_CHECKING:
+    from worker.services import Services
+
+D = TypeVar("D")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Write(Generic[D, R]):
+    decision: type[D]
+    decide: Callable[[apsw.Connection, Any, int, Any], D]
+    apply: Callable[[apsw.Connection, D], R]
+    reply: Callable[[D, R], Any]
+    changes: Callable[[D, R], Iterable[Change]]
+    prepare: Callable[[Services, Any], Awaitable[Any]] | None = None
+
+
+class LogEntry(msgspec.Struct, frozen=True, array_like=True):
+    """One write as a partition's log holds it: which trigger, when, on whose behalf (the audit
+    row replay records), and its decision as MessagePack."""
+
+    trigger: str
+    at: int
+    source: str
+    requester: str | None
+    decision: bytes
+
+
+class Logged(NamedTuple):
+    """What a write's writer job returns: the entry a sharded writer appends before it commits
+    (worker/shards/node.py), and the reply."""
+
+    entry: LogEntry
+    reply: Any
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+
+
+def decide_and_apply(
+    conn: apsw.Connection,
+    trigger: str,
+    write: Write[Any, Any],
+    request: Any,
+    *,
+    now: int,
+    prepared: Any,
+    call: Call | None,
+) -> Logged:
+    decision = write.decide(conn, request, now, prepared)
+    result = write.apply(conn, decision)
+    record(conn, call, write.changes(decision, result), now)
+    source, requester = ("bus", None) if call is None else (call.source, call.requester)
+    entry = LogEntry(trigger, now, source, requester, _ENCODER.encode(decision))
+    return Logged(entry, write.reply(decision, result))
+
+
+async def commit(services: Services, trigger: str, write: Write[Any, Any], request: Any) -> Any:
+    """Prepare outside the writer, then decide and apply in one writer transaction; the reply."""
+    prepared = None if write.prepare is None else await write.prepare(services, request)
+    call = CALL.get()  # taken here: the writer thread does not share this task's context
+    logged: Logged = await services.writer.run(
+        lambda conn: decide_and_apply(
+            conn, trigger, write, request, now=services.clock(), prepared=prepared, call=call
+        )
+    )
+    return logged.reply
+
+
+class Replayer:
+    """Applies logged writes again, decoding each decision with its trigger's type."""
+
+    def __init__(self, writes: dict[str, Write[Any, Any]]) -> None:
+        self.writes = writes
+        self._decoders = {
+            trigger: msgspec.msgpack.Decoder(write.decision) for trigger, write in writes.items()
+        }
+
+    def replay(self, conn: apsw.Connection, entry: LogEntry) -> None:
+        write = self.writes[entry.trigger]
+        decision = self._decoders[entry.trigger].decode(entry.decision)
+        result = write.apply(conn, decision)
+        call = Call(entry.trigger, entry.source, entry.requester)
+        record(conn, call, write.changes(decision, result), entry.at)
+
+
+class Requested(msgspec.Struct, Generic[D], frozen=True):
+    """The decision of a write that chooses nothing but its time: the request itself (its ids
+    are the caller's), for handlers that are deterministic over (state, request, now)."""
+
+    request: D
+    at: int
+
+
+def requested(
+    request_type: type[D],
+    run: Callable[..., R],
+    reply: Callable[[D, R], Any],
+    changes: Callable[[D, R], Iterable[Change]],
+) -> Write[Requested[D], R]:
+    """A Write whose decision is the request and its time, applied by the pure handler
+    `run(conn, request, *, now)`."""
+    return Write(
+        decision=Requested[request_type],  # type: ignore[valid-type]
+        decide=lambda conn, request, now, prepared: Requested(request, now),
+        apply=lambda conn, decided: run(conn, decided.request, now=decided.at),
+        reply=lambda decided, result: reply(decided.request, result),
+        changes=lambda decided, result: changes(decided.request, result),
+    )
