@@ -150,3 +150,14 @@ async def test_no_stored_memory_can_close_the_block_and_context_never_exceeds_ma
     body = await context(client, agent, query=contents[0][:50], maxChars=max_chars)
     assert_sealed(body["text"], max_chars)
     assert len(body["memories"]) == len(set(body["memories"]))
+
+
+async def test_an_agent_whose_memory_is_switched_off_gets_just_the_header_and_footer(
+    client: Client,
+) -> None:
+    """Section 17: while disabled, context returns nothing; enabled again, everything is back."""
+    memory_id = (await client.store("a", "kept while off"))["id"]
+    await client.ok("memory::toggle", {"agentId": "a", "enabled": False})
+    assert (await context(client))["text"] == f"{HEADER}\n{FOOTER}"
+    await client.ok("memory::toggle", {"agentId": "a", "enabled": True})
+    assert (await context(client))["memories"] == [memory_id]
