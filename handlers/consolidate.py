@@ -11,7 +11,7 @@ import apsw
 import msgspec
 
 from handlers.audit import Change
-from handlers.evict import scope_of
+from handlers.evict import KEPT, scope_of
 from handlers.switch import SWITCHED_ON
 from schema.base import Agent
 from schema.memory import ConsolidateReply, ConsolidateRequest
@@ -31,8 +31,9 @@ class DecayPlan(msgspec.Struct, frozen=True):
     ranges: list[tuple[int, int]]
 
 
-# A pinned memory never decays, nor do the memories of an agent whose memory is switched off.
-RULE = "last_accessed < ? AND confidence > ? AND pinned = 0" + SWITCHED_ON
+# A pinned memory, or one whose recall policy is `always`, never decays, nor do the memories
+# of an agent whose memory is switched off.
+RULE = f"last_accessed < ? AND confidence > ? AND {KEPT}" + SWITCHED_ON
 
 
 def plan_decay(

@@ -54,6 +54,8 @@ def count_reasons(doomed: Sequence[Doomed]) -> dict[Reason, int]:
 
 
 _COLUMNS = "tenant, agent_id, id, importance, confidence, timestamp"
+# What maintenance may touch: neither pinned nor `always` (the agent's core memory).
+KEPT = "pinned = 0 AND recall_policy != 'always'"
 
 
 def scope_of(req: EvictRequest | ConsolidateRequest) -> tuple[str, tuple[str, ...]]:
@@ -68,10 +70,10 @@ def scope_of(req: EvictRequest | ConsolidateRequest) -> tuple[str, tuple[str, ..
 
 
 def plan_eviction(conn: apsw.Connection, req: EvictRequest, *, now: int) -> EvictionPlan:
-    # A pinned memory is never evicted, by any rule, and does not count toward the cap; an agent
-    # whose memory is switched off is left alone.
+    # A pinned memory, or one whose recall policy is `always`, is never evicted, by any rule,
+    # and does not count toward the cap; an agent whose memory is switched off is left alone.
     scope, params = scope_of(req)
-    scope += " AND pinned = 0" + SWITCHED_ON
+    scope += f" AND {KEPT}" + SWITCHED_ON
     doomed = [
         Doomed("purged", *row)
         for row in conn.execute(
@@ -110,7 +112,7 @@ def plan_eviction(conn: apsw.Connection, req: EvictRequest, *, now: int) -> Evic
         if excess <= 0:
             continue
         for row in conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE tenant = ? AND agent_id = ? AND pinned = 0 "
+            f"SELECT {_COLUMNS} FROM memories WHERE tenant = ? AND agent_id = ? AND {KEPT} "
             "ORDER BY importance, confidence, timestamp, id",
             agent,
         ):

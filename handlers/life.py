@@ -18,6 +18,7 @@ import msgspec
 from handlers.audit import Change
 from handlers.kg import INVERSE
 from handlers.session_refs import remove_memories
+from handlers.taxonomy import string_list
 from schema.base import Agent, agent_of
 from schema.errors import InvalidRequest
 from schema.life import (
@@ -32,13 +33,15 @@ from schema.life import (
 
 MEMORY_COLUMNS = (
     "id, role, content, timestamp, session_id, importance, confidence, access_count, "
-    "last_accessed, metadata, pinned, forgotten_at"
+    "last_accessed, metadata, pinned, forgotten_at, summary, category, sensitivity, "
+    "recall_policy, tags, flags"
 )
 
 
 def memory_out(row: Any) -> MemoryOut:
     (memory_id, role, content, timestamp, session_id, importance, confidence, access_count,
-     last_accessed, metadata, pinned, forgotten_at) = row  # fmt: skip
+     last_accessed, metadata, pinned, forgotten_at, summary, category, sensitivity,
+     recall_policy, tags, flags) = row  # fmt: skip
     return MemoryOut(
         id=str(memory_id),
         role=str(role),
@@ -52,6 +55,12 @@ def memory_out(row: Any) -> MemoryOut:
         metadata=None if metadata is None else msgspec.json.decode(str(metadata)),
         pinned=bool(pinned),
         forgotten_at=None if forgotten_at is None else int(forgotten_at),
+        summary=None if summary is None else str(summary),
+        category=str(category),
+        sensitivity=str(sensitivity),
+        recall_policy=str(recall_policy),
+        tags=string_list(tags),
+        flags=string_list(flags),
     )
 
 

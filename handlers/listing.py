@@ -19,6 +19,7 @@ from msgspec import UNSET
 from handlers.cursors import decode_cursor, encode_cursor
 from handlers.life import MEMORY_COLUMNS, memory_out
 from handlers.session_refs import require_session
+from handlers.taxonomy import taxonomy_sql
 from schema.base import agent_of
 from schema.life import (
     Filters,
@@ -30,7 +31,10 @@ from schema.life import (
     SessionMessage,
 )
 
-_FILTER_FIELDS = ("session_id", "roles", "since", "until", "metadata", "pinned")
+_FILTER_FIELDS = (
+    "session_id", "roles", "since", "until", "metadata", "pinned", "category", "tags",
+    "max_sensitivity",
+)  # fmt: skip
 
 
 def same_json(left: Any, right: Any) -> bool:
@@ -69,7 +73,8 @@ def filter_sql(req: Filters) -> tuple[str, list[Any]]:
         where, params = where + " AND pinned = ?", [*params, int(req.pinned)]
     if req.metadata is not UNSET:
         where += " AND metadata IS NOT NULL"
-    return where, params
+    taxonomy, taxonomy_params = taxonomy_sql(req)
+    return where + taxonomy, params + taxonomy_params
 
 
 def list_memories(conn: apsw.Connection, req: ListRequest, *, now: int) -> ListReply:

@@ -22,12 +22,16 @@ import numpy.typing as npt
 from msgspec import UNSET
 
 from handlers.life import MEMORY_COLUMNS, memory_out
+from handlers.taxonomy import sensitivities_of, string_list, taxonomy_mask
 from handlers.text import query_keywords, stem
 from schema.errors import PayloadTooLarge
 from schema.life import MemoryOut
 from schema.memory import RecalledMemory, RecallReply, RecallRequest
 
 WEEK_MS = 604_800_000.0
+# What makes a memory part of the agent's core memory: pinned, or recall policy `always`
+# (the condition of the memories_core index, migration 0005).
+CORE = "pinned = 1 OR recall_policy = 'always'"
 ROLE_CODES = {"user": 0, "assistant": 1, "system": 2}
 KeywordMode = Literal["share", "idf", "stems"]
 
@@ -65,6 +69,10 @@ class Columns:
     pinned: npt.NDArray[np.bool_]
     # (top-level metadata key, canonical JSON value) -> slots: the metadata filter's lookup.
     tags: Mapping[tuple[str, str], Sequence[int]]
+    # The taxonomy (handlers/taxonomy.py codes) and tag -> slots, the section-13 filters' own.
+    category: npt.NDArray[np.int8]
+    sensitivity: npt.NDArray[np.int8]
+    tag_slots: Mapping[str, Sequence[int]]
 
 
 def canonical_json(value: Any) -> str:
@@ -199,6 +207,9 @@ def rank(
         eligible &= columns.pinned[:rows] == req.pinned
     if req.metadata is not UNSET:
         eligible &= tag_mask(columns, req.metadata)
+    taxonomy = taxonomy_mask(req, rows, columns.category, columns.sensitivity, columns.tag_slots)
+    if taxonomy is not None:
+        eligible &= taxonomy
     if excluded:
         eligible &= np.fromiter((i not in excluded for i in columns.ids[:rows]), bool, rows)
     if req.since is not UNSET:
@@ -235,16 +246,21 @@ def rank(
     return [(memory_id, value) for value, _, memory_id in found[: req.limit] if value >= floor]
 
 
-def pinned_memories(conn: apsw.Connection, tenant: str, agent_id: str) -> list[MemoryOut]:
-    """The agent's core memory: its pinned memories, at most 50, highest importance then
-    newest, whatever the filters; no access is counted."""
+def pinned_memories(
+    conn: apsw.Connection, tenant: str, agent_id: str, req: RecallRequest
+) -> list[MemoryOut]:
+    """The agent's core memory: its pinned memories and those whose recall policy is
+    `always`, at most 50, highest importance then newest, whatever the filters but
+    `maxSensitivity`; none whose policy is `never`; no access is counted."""
+    allowed = sensitivities_of(req)
+    sensitive = "" if allowed is None else f" AND sensitivity IN ({','.join('?' * len(allowed))})"
     return [
         memory_out(row)
         for row in conn.execute(
             f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND agent_id = ? "
-            "AND pinned = 1 AND forgotten_at IS NULL "
+            f"AND ({CORE}) AND recall_policy != 'never' AND forgotten_at IS NULL{sensitive} "
             "ORDER BY importance DESC, timestamp DESC, id LIMIT 50",
-            (tenant, agent_id),
+            (tenant, agent_id, *(allowed or ())),
         )
     ]
 
@@ -290,8 +306,9 @@ def recalled_memories(
         row[0]: row
         for row in conn.execute(
             "SELECT id, role, content, timestamp, session_id, importance, confidence, "
+            "metadata, summary, category, sensitivity, recall_policy, tags, flags "
             # `+tenant`, `+agent_id`: look rows up by primary key, not by scanning the agent.
-            "metadata FROM memories WHERE +tenant = ? AND +agent_id = ? AND forgotten_at IS NULL "
+            "FROM memories WHERE +tenant = ? AND +agent_id = ? AND forgotten_at IS NULL "
             f"AND id IN ({placeholders})",
             (tenant, agent_id, *(memory_id for memory_id, _ in ranked)),
         )
@@ -315,6 +332,12 @@ def recalled_memories(
                 access_count=access_counts[memory_id],
                 last_accessed=now,
                 metadata=metadata,
+                summary=row[8],
+                category=row[9],
+                sensitivity=row[10],
+                recall_policy=row[11],
+                tags=string_list(row[12]),
+                flags=string_list(row[13]),
             )
         )
     return RecallReply(memories=memories)

@@ -12,6 +12,7 @@ import numpy as np
 from msgspec import UNSET
 
 from handlers.session_refs import append_message
+from handlers.taxonomy import check_summary, tags_column
 from schema.base import Agent, agent_of
 from schema.errors import InvalidRequest, PayloadTooLarge
 from schema.limits import MAX_METADATA_BYTES, check_nesting
@@ -40,7 +41,8 @@ def estimate_importance(content: str, role: str) -> float:
 
 
 def check_store(req: StoreRequest, max_content_bytes: int) -> None:
-    """Refuse what the struct's types cannot express: blank or oversize content and metadata."""
+    """Refuse what the struct's types cannot express: blank or oversize content, metadata and
+    summary."""
     if not req.content.strip():
         raise InvalidRequest("content must not be blank (at `$.content`)")
     size = len(req.content.encode("utf-8", errors="surrogatepass"))
@@ -56,6 +58,28 @@ def check_store(req: StoreRequest, max_content_bytes: int) -> None:
                 f"metadata is {encoded} bytes as compact JSON, more than the limit of "
                 f"{MAX_METADATA_BYTES} (at `$.metadata`)"
             )
+    check_summary(req.summary)
+
+
+class Description(msgspec.Struct, frozen=True):
+    """What a new memory says about itself beyond its content: its summary and taxonomy as
+    their columns hold them (`tags`: a JSON array, or NULL)."""
+
+    summary: str | None = None
+    category: str = "note"
+    sensitivity: str = "internal"
+    recall_policy: str = "auto"
+    tags: str | None = None
+
+
+def description_of(req: StoreRequest) -> Description:
+    return Description(
+        summary=None if req.summary is UNSET else req.summary,
+        category=req.category,
+        sensitivity=req.sensitivity,
+        recall_policy=req.recall_policy,
+        tags=tags_column(req.tags),
+    )
 
 
 def insert_memory(
@@ -71,8 +95,10 @@ def insert_memory(
     metadata: dict[str, Any] | None = None,
     embedding: Embedding | None = None,
     append_to_session: bool = True,
+    described: Description | None = None,
 ) -> tuple[str, bool]:
     """Store one memory unless the agent has its content already; returns (id, deduplicated).
+    A memory deduplicated keeps its own summary and taxonomy.
 
     Shared by store, session compaction and repair, so every memory is written the same way
     (compaction and repair place the new memory in the session's list themselves).
@@ -91,11 +117,13 @@ def insert_memory(
     else:
         memory_id, ref_role, ref_timestamp = str(uuid.uuid4()), role, timestamp
         deduplicated = False
+        described = described or Description()
         conn.execute(
             "INSERT INTO memories (id, tenant, agent_id, role, content, hash, session_id, "
             "importance, confidence, access_count, last_accessed, timestamp, metadata, "
-            "embedding, embedding_model, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1.0, 0, ?, ?, ?, ?, ?, ?)",
+            "embedding, embedding_model, created_at, summary, category, sensitivity, "
+            "recall_policy, tags) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1.0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 memory_id,
                 *agent,
@@ -110,6 +138,11 @@ def insert_memory(
                 None if embedding is None else embedding[1].astype(np.float32).tobytes(),
                 None if embedding is None else embedding[0],
                 now,
+                described.summary,
+                described.category,
+                described.sensitivity,
+                described.recall_policy,
+                described.tags,
             ),
         )
     if session_id is not None and append_to_session:
@@ -153,5 +186,6 @@ def store(
         session_id=None if req.session_id is UNSET else req.session_id,
         metadata=None if req.metadata is UNSET else req.metadata,
         embedding=embedding,
+        described=description_of(req),
     )
     return StoreReply(id=memory_id, stored=not deduplicated, deduplicated=deduplicated)

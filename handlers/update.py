@@ -17,20 +17,26 @@ from msgspec import UNSET
 
 from handlers.life import MEMORY_COLUMNS, memory_out
 from handlers.store import Embedding, check_store, content_hash
+from handlers.taxonomy import check_summary, tags_column
 from schema.base import Agent, agent_of
 from schema.errors import Conflict, InvalidRequest, NotFound
 from schema.life import UpdateReply, UpdateRequest
 from schema.memory import StoreRequest
 
-FIELDS = ("content", "importance", "metadata", "pinned")
+FIELDS = (
+    "content", "importance", "metadata", "pinned", "summary", "category", "sensitivity",
+    "recall_policy", "tags",
+)  # fmt: skip
 
 
 def check_update(req: UpdateRequest, max_content_bytes: int) -> None:
-    """At least one field, and content and metadata within the limits a store has."""
+    """At least one field, and content, metadata and summary within the limits a store has."""
     if all(getattr(req, field) is UNSET for field in FIELDS):
         raise InvalidRequest(
-            "an update changes at least one of content, importance, metadata, pinned - at `$`"
+            "an update changes at least one of content, importance, metadata, pinned, summary, "
+            "category, sensitivity, recallPolicy, tags - at `$`"
         )
+    check_summary(req.summary, clears=True)
     if req.content is not UNSET or req.metadata is not UNSET:
         as_store = StoreRequest(
             agent_id=req.agent_id,
@@ -80,6 +86,13 @@ def plan_update(
         columns["metadata"] = msgspec.json.encode(req.metadata).decode()
     if req.pinned is not UNSET:
         columns["pinned"] = int(req.pinned)
+    if req.summary is not UNSET:
+        columns["summary"] = req.summary or None
+    for field in ("category", "sensitivity", "recall_policy"):
+        if getattr(req, field) is not UNSET:
+            columns[field] = getattr(req, field)
+    if req.tags is not UNSET:
+        columns["tags"] = tags_column(req.tags)
     return Correction(agent, req.id, columns)
 
 

@@ -21,6 +21,14 @@ from schema.base import (
     TriggerRequest,
     Unit,
 )
+from schema.taxonomy import (
+    AnyCategories,
+    AnyTags,
+    Category,
+    RecallPolicy,
+    Sensitivity,
+    Tags,
+)
 
 WEEK_MS = 7 * 86_400_000
 # What a reply may hand back to continue a listing: opaque to the caller (worker/cursors.py).
@@ -39,6 +47,12 @@ class Filters(TriggerRequest, frozen=True, kw_only=True):
     # Every top-level key must equal, as JSON, the same key of the memory's metadata.
     metadata: dict[str, Any] | UnsetType = UNSET
     pinned: bool | UnsetType = UNSET
+    # Section 13: any of these categories (one, or a list), any of these tags (a list: msgspec
+    # 0.22 crashes at exit after building a decoder for a union of a pattern-checked string and
+    # a list), a sensitivity at most this one.
+    category: Category | AnyCategories | UnsetType = UNSET
+    tags: AnyTags | UnsetType = UNSET
+    max_sensitivity: Sensitivity | UnsetType = UNSET
 
 
 class MemoryOut(Reply, frozen=True):
@@ -56,6 +70,12 @@ class MemoryOut(Reply, frozen=True):
     metadata: dict[str, Any] | None
     pinned: bool
     forgotten_at: int | None
+    summary: str | None
+    category: str
+    sensitivity: str
+    recall_policy: str
+    tags: list[str]
+    flags: list[str]
 
 
 class GetRequest(TriggerRequest, frozen=True):
@@ -88,6 +108,12 @@ class UpdateRequest(TriggerRequest, frozen=True):
     importance: Unit | UnsetType = UNSET
     metadata: dict[str, Any] | UnsetType = UNSET
     pinned: bool | UnsetType = UNSET
+    # Kept unless given; `summary: ""` removes the summary, `tags: []` every tag.
+    summary: str | UnsetType = UNSET
+    category: Category | UnsetType = UNSET
+    sensitivity: Sensitivity | UnsetType = UNSET
+    recall_policy: RecallPolicy | UnsetType = UNSET
+    tags: Tags | UnsetType = UNSET
 
 
 class UpdateReply(Reply, frozen=True):

@@ -9,6 +9,7 @@ from msgspec import UNSET, UnsetType
 
 from schema.base import AgentId, Millis, Reply, Role, SessionId, TriggerRequest, Unit
 from schema.life import Filters, MemoryOut
+from schema.taxonomy import Category, RecallPolicy, Sensitivity, Tags
 
 DAY_MS = 86_400_000
 
@@ -21,6 +22,11 @@ class StoreRequest(TriggerRequest, frozen=True):
     importance: Unit | UnsetType = UNSET
     timestamp: Millis | UnsetType = UNSET
     metadata: dict[str, Any] | UnsetType = UNSET
+    summary: str | UnsetType = UNSET
+    category: Category = "note"
+    sensitivity: Sensitivity = "internal"
+    recall_policy: RecallPolicy = "auto"
+    tags: Tags | UnsetType = UNSET
 
 
 class StoreReply(Reply, frozen=True, omit_defaults=True):
@@ -37,7 +43,8 @@ NOT_STORED = StoreReply(id=None, stored=False, deduplicated=False, disabled=True
 
 
 class RecallRequest(Filters, frozen=True):
-    """Filters (sessionId, roles, since, until, metadata, pinned) as memory::list takes them."""
+    """Filters (sessionId, roles, since, until, metadata, pinned, category, tags,
+    maxSensitivity) as memory::list takes them."""
 
     agent_id: AgentId
     query: str = ""
@@ -59,6 +66,12 @@ class RecalledMemory(Reply, frozen=True):
     access_count: int
     last_accessed: int
     metadata: dict[str, Any] | None
+    summary: str | None
+    category: str
+    sensitivity: str
+    recall_policy: str
+    tags: list[str]
+    flags: list[str]
 
 
 class RecallReply(Reply, frozen=True, omit_defaults=True):

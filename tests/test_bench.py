@@ -46,7 +46,7 @@ def test_bench_prints_store_recall_echo_rss_and_locomo_figures(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout.strip().splitlines()[-1])
     assert results["memories"] == 200 and results["embedder"] == "none"
-    for figure in ("echo", "store", "recall"):
+    for figure in ("echo", "store", "recall", "context"):
         assert 0 < results[figure]["p50_ms"] <= results[figure]["p99_ms"]
     assert results["recall_while_storing"]["recalls"] >= 0
     assert results["store"]["per_second"] > 0

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from schema.context import ContextRequest
 from schema.errors import Conflict, InvalidRequest, NotFound, WorkerError
 from schema.kg import Entity, KgAddRequest, KgQueryRequest, Relation
 from schema.life import (
@@ -68,6 +69,8 @@ async def test_every_method_is_answered_by_a_live_worker(nats_url: str, worker: 
         assert stored.id is not None and other.id is not None
         found = await memory.recall(RecallRequest(agent_id="a", query="deploy key"))
         assert found.memories[0].id == stored.id
+        shown = await memory.context(ContextRequest(agent_id="a", query="deploy key"))
+        assert shown.memories[0] == stored.id and "deploy key" in shown.text
         got = await memory.get(GetRequest(agent_id="a", ids=[stored.id, "nope"]))
         assert [m.id for m in got.memories] == [stored.id] and got.missing == ["nope"]
         listed = await memory.list_memories(ListRequest(agent_id="a"))

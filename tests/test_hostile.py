@@ -156,6 +156,8 @@ def valid_value(t: mi.Type) -> Any:
         return [valid_value(t.item_type)] * max(1, t.min_length or 0)
     if isinstance(t, mi.StructType):
         return {f.encode_name: valid_value(f.type) for f in t.fields if f.required}
+    if isinstance(t, mi.UnionType):  # one value or a list of them (a filter's `category`)
+        return valid_value(t.types[0])
     raise NotImplementedError(f"no valid value for {t!r}: teach test_hostile this type")
 
 

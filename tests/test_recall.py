@@ -112,9 +112,14 @@ async def test_reply_has_every_contract_field(client: Client) -> None:
     [memory] = await client.recall("a")
     assert set(memory) == {
         "id", "role", "content", "score", "timestamp", "sessionId", "importance",
-        "confidence", "accessCount", "lastAccessed", "metadata",
+        "confidence", "accessCount", "lastAccessed", "metadata", "summary", "category",
+        "sensitivity", "recallPolicy", "tags", "flags",
     }  # fmt: skip
     assert memory["id"] == stored["id"] and memory["sessionId"] == "s"
+    assert (memory["summary"], memory["tags"], memory["flags"]) == (None, [], [])
+    assert (memory["category"], memory["sensitivity"], memory["recallPolicy"]) == (
+        "note", "internal", "auto",
+    )  # fmt: skip
 
 
 async def test_other_agents_are_never_scored_returned_or_touched(client: Client) -> None:

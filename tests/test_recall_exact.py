@@ -1,4 +1,5 @@
-"""The vectorised ranking returns exactly the contract formula's top-k (plain-Python reference)."""
+"""The vectorised ranking returns exactly the contract formula's top-k (plain-Python reference),
+summaries' words counted as their content's, over the memories the filters pass."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from handlers.recall import KeywordMode, rank
 from handlers.text import STOPWORDS, stem
 from schema.memory import RecallRequest
+from schema.taxonomy import CATEGORIES, SENSITIVITIES
 from worker.embedders import normalise
 from worker.recall_index.agent_index import AgentIndex, Row
 
@@ -22,6 +24,7 @@ WORDS += ["rotates", "über", "a1"]
 WEEK = 604_800_000
 NOW = 1_800_000_000_000
 ROLES = ["user", "assistant", "system"]
+TAGS = ["red", "green", "blue"]
 
 
 def reference_keyword(
@@ -48,6 +51,13 @@ def reference_keyword(
     return sum(weights[k] for k in keywords if k in present) / sum(weights.values())
 
 
+def searchable(memory: dict[str, object]) -> str:
+    """What the keyword term reads: the content, and the summary's words as if the content's
+    (contract section 17)."""
+    summary = memory.get("summary")
+    return str(memory["content"]) + ("" if summary is None else f" {summary}")
+
+
 def reference_scores(
     memories: list[dict[str, object]],
     query: str,
@@ -57,10 +67,10 @@ def reference_scores(
 ) -> dict[str, float]:
     found = list(dict.fromkeys(re.findall(r"\w+", query.casefold())))
     keywords = [w for w in found if w not in STOPWORDS] or found
-    contents = everything if everything is not None else [str(m["content"]) for m in memories]
+    contents = everything if everything is not None else [searchable(m) for m in memories]
     scores = {}
     for memory in memories:
-        keyword = reference_keyword(str(memory["content"]), keywords, contents, mode)
+        keyword = reference_keyword(searchable(memory), keywords, contents, mode)
         cosine = 0.0
         vector = memory["vector"]
         if query_vector is not None and isinstance(vector, list):
@@ -91,11 +101,43 @@ memory_strategy = st.fixed_dictionaries(
         "importance": st.sampled_from([0.1, 0.5, 0.5, 0.9]) | unit,
         "confidence": st.sampled_from([0.1, 1.0]) | unit,
         "role": st.sampled_from(ROLES),
+        "summary": st.none()
+        | st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join),
+        "category": st.sampled_from(CATEGORIES),
+        "sensitivity": st.sampled_from(SENSITIVITIES),
+        "tags": st.lists(st.sampled_from(TAGS), max_size=3),
         "vector": st.none()
         | st.just([1.0, 0.0, 0.0, 0.0])
         | st.lists(st.floats(-1, 1), min_size=4, max_size=4),
     }
 )
+
+
+taxonomy_filters = st.fixed_dictionaries(
+    {},
+    optional={
+        "category": st.sampled_from(CATEGORIES)
+        | st.lists(st.sampled_from(CATEGORIES), min_size=1, max_size=3),
+        "tags": st.lists(st.sampled_from(TAGS), min_size=1, max_size=2),
+        "maxSensitivity": st.sampled_from(SENSITIVITIES),
+    },
+)
+
+
+def passes(memory: dict[str, object], filters: dict[str, object]) -> bool:
+    """The taxonomy filters of contract section 13, plainly: any of the categories, any of the
+    tags, a sensitivity at most the one given."""
+    wanted = filters.get("category")
+    if isinstance(wanted, str) and memory["category"] != wanted:
+        return False
+    if isinstance(wanted, list) and memory["category"] not in wanted:
+        return False
+    tags, has = filters.get("tags"), memory["tags"]
+    if isinstance(tags, list) and isinstance(has, list) and not set(tags) & set(has):
+        return False
+    ceiling = filters.get("maxSensitivity")
+    level = SENSITIVITIES.index(str(memory["sensitivity"]))
+    return ceiling is None or level <= SENSITIVITIES.index(str(ceiling))
 
 
 @settings(max_examples=300, deadline=None)
@@ -135,6 +177,9 @@ def test_top_k_equals_the_plain_python_formula_in_every_keyword_mode(
                 str(memory["id"]), str(memory["role"]), None, int(str(memory["timestamp"])),
                 float(str(memory["importance"])), float(str(memory["confidence"])),
                 blob, None if blob is None else "test-model", str(memory["content"]), 0, None, 0,
+                None if memory["summary"] is None else str(memory["summary"]),
+                str(memory["category"]), str(memory["sensitivity"]),
+                msgspec.json.encode(memory["tags"]).decode() if memory["tags"] else None,
             )
         )  # fmt: skip
     # Rows arrive as a load does them (postings in bulk), one by one as writes do, and in bulk
@@ -148,9 +193,10 @@ def test_top_k_equals_the_plain_python_formula_in_every_keyword_mode(
     if query_vector is not None:
         qvec = ("test-model", normalise(query_vector)[0])
         query_vector = [float(v) for v in qvec[1]]
+    filters: dict[str, object] = {"roles": roles} if roles else {}
+    filters |= data.draw(taxonomy_filters)
     request = msgspec.convert(
-        {"agentId": "a", "query": query, "limit": limit, **({"roles": roles} if roles else {})},
-        RecallRequest,
+        {"agentId": "a", "query": query, "limit": limit, **filters}, RecallRequest
     )
     # Removed memories and memories stored after the snapshot must not count, not even in IDF.
     removed = data.draw(st.sets(st.sampled_from(names)))
@@ -158,26 +204,17 @@ def test_top_k_equals_the_plain_python_formula_in_every_keyword_mode(
         index.remove(name)
     snapshot = index.columns()
     for n, late in enumerate(data.draw(st.lists(memory_strategy, max_size=5))):
-        late_row = (
-            f"late{n}",
-            "user",
-            None,
-            NOW,
-            0.5,
-            0.5,
-            None,
-            None,
-            str(late["content"]),
-            0,
-            None,
-            0,
-        )
+        late_row: Row = (
+            f"late{n}", "user", None, NOW, 0.5, 0.5, None, None, str(late["content"]), 0, None,
+            0, None, "note", "public", None,
+        )  # fmt: skip
         index.upsert(late_row)
     ours = rank(snapshot, request, now=NOW, query_vector=qvec, keyword_mode=mode)
 
     memories = [m for m in memories if m["id"] not in removed]
     eligible = [m for m in memories if roles is None or m["role"] in roles]
-    everything = [str(m["content"]) for m in memories]
+    eligible = [m for m in eligible if passes(m, filters)]
+    everything = [searchable(m) for m in memories]
     reference = reference_scores(eligible, query, query_vector, mode, everything)
     timestamps = {str(m["id"]): int(str(m["timestamp"])) for m in eligible}
     expected = sorted(reference, key=lambda i: (-reference[i], -timestamps[i], i))[:limit]

@@ -38,7 +38,8 @@ DAY = 86_400_000
 TABLES = {
     "memories": "SELECT tenant, agent_id, id, role, content, hash, session_id, importance, "
     "confidence, access_count, last_accessed, timestamp, metadata, embedding, embedding_model, "
-    "created_at, pinned, forgotten_at FROM memories ORDER BY id",
+    "created_at, pinned, forgotten_at, summary, category, sensitivity, recall_policy, tags, "
+    "flags FROM memories ORDER BY id",
     "sessions": "SELECT * FROM sessions ORDER BY tenant, agent_id, id",
     # positions are renumbered on import; the order is what a session means
     "session_messages": "SELECT tenant, agent_id, session_id, memory_id, role, timestamp "
@@ -103,6 +104,14 @@ def fill(conn: apsw.Connection, agent: str, tenant: str = "") -> None:
         conn.execute(
             "UPDATE memories SET forgotten_at = ? WHERE tenant = ? AND agent_id = ? AND id = ?",
             (NOW + 2, tenant, agent, ids[1]),
+        )
+        # A summary and a taxonomy (sections 13, 17) travel too; the other memories keep the
+        # defaults, which their records leave out.
+        conn.execute(
+            "UPDATE memories SET summary = 'cold caches fail deploys', category = 'fact', "
+            "sensitivity = 'restricted', recall_policy = 'always', tags = '[\"ops\",\"ci\"]', "
+            "flags = '[\"injection\"]' WHERE tenant = ? AND agent_id = ? AND id = ?",
+            (tenant, agent, ids[0]),
         )
         conn.executemany(
             "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -189,6 +198,34 @@ def test_the_file_is_a_header_records_per_agent_and_an_end(source: apsw.Connecti
         "agent": None,
     }
     assert records[-1] == {"kind": "end", "records": 20}
+
+
+def test_summary_and_taxonomy_travel_and_are_left_out_when_they_are_the_defaults(
+    source: apsw.Connection,
+) -> None:
+    """A memory with a summary, taxonomy and flags carries them; one with the defaults is
+    written exactly as before sections 13 and 17, so older files import unchanged."""
+    records = [msgspec.json.decode(line) for line in lines_of(export_bytes(source, "a"))]
+    memories = [record for record in records if record["kind"] == "memory"]
+    described = [m for m in memories if "summary" in m]
+    assert [(m["id"], m["summary"], m["category"], m["sensitivity"], m["recallPolicy"],
+             m["tags"], m["flags"]) for m in described] == [
+        ("m0-default-a", "cold caches fail deploys", "fact", "restricted", "always",
+         ["ops", "ci"], ["injection"]),
+    ]  # fmt: skip
+    added = {"summary", "category", "sensitivity", "recallPolicy", "tags", "flags"}
+    assert all(not added & set(m) for m in memories if m not in described)
+
+
+def test_an_unknown_category_in_a_file_is_refused_naming_the_line(
+    source: apsw.Connection, target: apsw.Connection
+) -> None:
+    """A record's taxonomy is checked as a request's is: nothing is imported."""
+    lines = lines_of(export_bytes(source, "a"))
+    lines[1] = lines[1].replace(b'"kind":"memory"', b'"kind":"memory","category":"gossip"')
+    with pytest.raises(TransferError, match=r"line 2.*category"):
+        import_jsonl(target, lines)
+    assert target.execute("SELECT count(*) FROM memories").fetchall() == [(0,)]
 
 
 def test_agent_option_exports_only_that_agent(

@@ -173,7 +173,7 @@ def test_a_file_written_before_tenants_imports_into_the_default_tenant(
     assert dump(target) == {
         "memories": [
             ("", "a", "m1", "user", "old", content_hash("old"), "s1", 0.5, 1.0, 0, 1, 1,
-             None, None, None, 1, 0, None),
+             None, None, None, 1, 0, None, None, "note", "internal", "auto", None, None),
         ],
         "sessions": [("", "a", "s1", 1, 1, None, None)],
         "session_messages": [("", "a", "s1", "m1", "user", 1)],

@@ -26,6 +26,7 @@ import msgspec
 import nats.errors
 
 from schema.base import Reply, TriggerRequest
+from schema.context import ContextReply, ContextRequest
 from schema.kg import KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest
 from schema.life import (
     AuditReply,
@@ -108,6 +109,7 @@ METHODS = {
     "memory::delete": "delete",
     "memory::erase": "erase",
     "memory::toggle": "toggle",
+    "memory::context": "context",
 }
 
 
@@ -329,3 +331,8 @@ class MemoryClient:
 
     async def toggle(self, request: ToggleRequest, *, timeout: float | None = None) -> ToggleReply:
         return await self._call("memory::toggle", request, ToggleReply, timeout)
+
+    async def context(
+        self, request: ContextRequest, *, timeout: float | None = None
+    ) -> ContextReply:
+        return await self._call("memory::context", request, ContextReply, timeout)

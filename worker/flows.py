@@ -17,6 +17,7 @@ import apsw
 import msgspec
 from msgspec import UNSET
 
+from handlers import context as context_handler
 from handlers import recall as recall_handler
 from handlers import session
 from handlers.audit import Change
@@ -26,6 +27,7 @@ from handlers.store import check_store, forgotten_content
 from handlers.store import store as store_handler
 from handlers.switch import switched_off
 from schema.base import agent_of, tenant_of
+from schema.context import ContextReply, ContextRequest
 from schema.memory import (
     NOT_STORED,
     RecallReply,
@@ -108,7 +110,7 @@ def _recall(
         return RecallReply(memories=[], pinned=[] if req.with_pinned else None), now
     pinned = None
     if req.with_pinned:
-        pinned = recall_handler.pinned_memories(conn, tenant, req.agent_id)
+        pinned = recall_handler.pinned_memories(conn, tenant, req.agent_id, req)
     ranked = recall_handler.rank(
         found.columns,
         req,
@@ -148,6 +150,13 @@ async def recall(s: Services, req: RecallRequest) -> RecallReply:
         s.background.add(persist)
         persist.add_done_callback(s.background.discard)
     return reply
+
+
+async def context(s: Services, req: ContextRequest) -> ContextReply:
+    """Recall's path (the query embedded, the same ranking, the pinned memories, accesses
+    counted for the ranked ones), rendered for a prompt."""
+    found = await recall(s, context_handler.recall_request(req))
+    return context_handler.render(found.pinned or [], found.memories, max_chars=req.max_chars)
 
 
 async def stats(s: Services, req: StatsRequest) -> StatsReply:

@@ -9,6 +9,7 @@ import re
 import msgspec
 
 from schema.base import ID_REFUSAL, ID_RULE
+from schema.taxonomy import TAG_REFUSAL, TAG_RULE
 
 BYTE_OFFSET = re.compile(r"\(byte (\d+)\)")
 # One escape inside a JSON string; matching `\\` as a whole keeps `\\ud800` (a backslash, then
@@ -109,7 +110,8 @@ def invalid_utf8_offset(data: bytes) -> int | None:
 def refusal(data: bytes, error: Exception) -> str:
     """The one-line reason a request did not decode, naming the field wherever it can."""
     if isinstance(error, msgspec.ValidationError):
-        return f"invalid request: {str(error).replace(ID_REFUSAL, ID_RULE)}"
+        words = str(error).replace(ID_REFUSAL, ID_RULE).replace(TAG_REFUSAL, TAG_RULE)
+        return f"invalid request: {words}"
     if isinstance(error, UnicodeDecodeError):
         offset = invalid_utf8_offset(data)
         return f"request is not valid UTF-8 (byte {offset}){field_at(data, offset)}"

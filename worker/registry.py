@@ -25,6 +25,7 @@ from typing import Any, Literal
 from handlers import audit, kg, kg_delete, life, listing, session
 from handlers.audit import Change
 from schema.base import Reply, TriggerRequest
+from schema.context import ContextReply, ContextRequest
 from schema.kg import KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest
 from schema.life import (
     AuditReply,
@@ -152,6 +153,7 @@ def prefix_groups(prefix: str) -> tuple[str, ...]:
 ROUTES: tuple[Route, ...] = (
     Route("memory::store", StoreRequest, flows.store, on=FLOW, reply_type=StoreReply, ingest=True),
     Route("memory::recall", RecallRequest, flows.recall, on=FLOW, reply_type=RecallReply),
+    Route("memory::context", ContextRequest, flows.context, on=FLOW, reply_type=ContextReply),
     Route(
         "memory::evict",
         EvictRequest,

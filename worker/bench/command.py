@@ -116,6 +116,10 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
     results["first_recall_ms"] = round(first_ms, 3)
     sequential = [(await client.timed("memory.recall", q))[0] for q in queries]
     results["recall"] = percentiles(sequential)
+    # The same queries as memory::context, which an agent framework calls: recall plus rendering.
+    results["context"] = percentiles(
+        [(await client.timed("memory.context", q))[0] for q in queries]
+    )
     if args.embedder == "builtin":
         results["query_embed"] = query_embed_percentiles([q["query"] for q in queries])
     _, _, seconds = await client.many("memory.recall", queries * 4, concurrency=16)
@@ -239,6 +243,10 @@ def table(results: dict[str, Any]) -> str:
         ("first recall (loads the index) ms", results["first_recall_ms"]),
         ("recall p50 / p99 ms", f"{results['recall']['p50_ms']} / {results['recall']['p99_ms']}"),
         ("recall p50 / echo p50", results["recall"]["p50_vs_echo"]),
+        (
+            "context p50 / p99 ms",
+            f"{results['context']['p50_ms']} / {results['context']['p99_ms']}",
+        ),
         *(
             [
                 ("query embedding p50 ms (builtin)", results["query_embed"]["p50_ms"]),

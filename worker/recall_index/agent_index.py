@@ -16,18 +16,29 @@ import msgspec
 import numpy as np
 
 from handlers.recall import ROLE_CODES, Columns, canonical_json, growth, static_part
+from handlers.taxonomy import CATEGORY_CODES, SENSITIVITY_CODES, string_list
 from handlers.text import tokens
 from worker.recall_index.postings import GrowingPostings, PostingLists
 
 ROW_SQL = (
     "SELECT id, role, session_id, timestamp, importance, confidence, embedding, "
-    "embedding_model, content, access_count, metadata, pinned FROM memories"
+    "embedding_model, content, access_count, metadata, pinned, summary, category, sensitivity, "
+    "tags FROM memories"
 )
 Row = tuple[
-    str, str, str | None, int, float, float, bytes | None, str | None, str, int, str | None, int
-]
+    str, str, str | None, int, float, float, bytes | None, str | None, str, int, str | None, int,
+    str | None, str, str, str | None,
+]  # fmt: skip
 # (tenant, agent_id): the same agentId in two tenants is two agents (contract section 15).
 AgentKey = tuple[str, str]
+
+
+def words(row: Row) -> set[str]:
+    """The tokens a memory is found by: its content's and its summary's (section 17)."""
+    found = set(tokens(row[8]))
+    if row[12] is not None:
+        found.update(tokens(row[12]))
+    return found
 
 
 class AgentIndex:
@@ -50,6 +61,11 @@ class AgentIndex:
         # once; the database catches up in the writer's next batch.
         self.access = np.zeros(capacity, dtype=np.int64)
         self.pinned = np.zeros(capacity, dtype=np.bool_)
+        # The taxonomy filters' columns (codes of handlers/taxonomy.py) and the tags' lookup:
+        # tag -> slots, append-only like the metadata lookup below.
+        self.category = np.zeros(capacity, dtype=np.int8)
+        self.sensitivity = np.zeros(capacity, dtype=np.int8)
+        self.tag_slots: dict[str, array[int]] = {}
         # The metadata filter's lookup: (top-level key, canonical JSON value) -> the slots of
         # the memories that have it. Append-only, like the slots, so that a ranking reading it
         # without the lock sees at worst slots beyond its snapshot, which it ignores.
@@ -62,7 +78,7 @@ class AgentIndex:
 
     _COLUMNS = (
         "live", "timestamp", "importance", "confidence", "role", "session", "static", "growth",
-        "access", "pinned",
+        "access", "pinned", "category", "sensitivity",
     )  # fmt: skip
 
     def _set_scores(self, at: int, timestamp: int, importance: float, confidence: float) -> None:
@@ -95,7 +111,7 @@ class AgentIndex:
             at = self._place(row)
             if at is None:
                 continue
-            for token in set(tokens(row[8])):
+            for token in words(row):
                 found = gathered.get(token)
                 if found is None:
                     gathered[token] = found = array("i")
@@ -105,7 +121,7 @@ class AgentIndex:
     def upsert(self, row: Row) -> None:
         at = self._place(row)
         if at is not None:
-            for token in set(tokens(row[8])):
+            for token in words(row):
                 self.postings.add(token, at)
 
     def _place(self, row: Row) -> int | None:
@@ -131,6 +147,10 @@ class AgentIndex:
             self.session[at] = code
         self._set_vector(at, row[6], row[7])
         self.pinned[at] = bool(row[11])
+        self.category[at] = CATEGORY_CODES[row[13]]
+        self.sensitivity[at] = SENSITIVITY_CODES[row[14]]
+        for tag in string_list(row[15]):
+            self.tag_slots.setdefault(tag, array("i")).append(at)
         if row[10] is not None:
             for key, value in msgspec.json.decode(row[10], type=dict[str, Any]).items():
                 self.tags.setdefault((key, canonical_json(value)), array("i")).append(at)
@@ -181,6 +201,9 @@ class AgentIndex:
             postings=self.postings,
             pinned=self.pinned,
             tags=self.tags,
+            category=self.category,
+            sensitivity=self.sensitivity,
+            tag_slots=self.tag_slots,
             static=self.static,
             growth=self.growth,
             anchor_ms=self.anchor_ms,
@@ -191,4 +214,5 @@ class AgentIndex:
         size += sum(m.nbytes for m in self.vectors.values())
         size += self.postings.nbytes()
         size += sum(100 + 4 * len(slots) for slots in self.tags.values())
+        size += sum(100 + 4 * len(slots) for slots in self.tag_slots.values())
         return int(size) + 120 * len(self.ids)

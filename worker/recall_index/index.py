@@ -34,13 +34,14 @@ from worker.readers import Readers
 from worker.recall_index.agent_index import ROW_SQL, AgentIndex, AgentKey
 
 log = structlog.get_logger()
-# A forgotten memory (contract section 12) is never recalled: not loaded, dropped once forgotten,
-# back once restored.
-RECALLABLE = " AND forgotten_at IS NULL"
+# A forgotten memory (contract section 12), or one whose recall policy is `never` (section 13),
+# is never recalled: not loaded, dropped once forgotten, back once restored.
+RECALLABLE = " AND forgotten_at IS NULL AND recall_policy != 'never'"
 T = TypeVar("T")
 
 # A row moved to another tenant or agent leaves the old one's index and joins the new one's; a
-# row whose content changed (memory::update) is re-added, so that its keywords are the new ones.
+# row whose content, summary or taxonomy changed (memory::update) is re-added, so that its
+# keywords and filter columns are the new ones.
 CHANGE_LOG = """
 CREATE TEMP TABLE IF NOT EXISTS index_changes
     (tenant TEXT, agent_id TEXT, memory_id TEXT, op TEXT);
@@ -53,7 +54,8 @@ CREATE TEMP TRIGGER IF NOT EXISTS index_on_rescore
     ON main.memories BEGIN
     INSERT INTO index_changes VALUES (new.tenant, new.agent_id, new.id, 'upsert'); END;
 CREATE TEMP TRIGGER IF NOT EXISTS index_on_rewrite
-    AFTER UPDATE OF content, role, session_id, metadata, pinned ON main.memories BEGIN
+    AFTER UPDATE OF content, role, session_id, metadata, pinned, summary, category, sensitivity,
+    recall_policy, tags ON main.memories BEGIN
     INSERT INTO index_changes VALUES (old.tenant, old.agent_id, old.id, 'delete');
     INSERT INTO index_changes VALUES (new.tenant, new.agent_id, new.id, 'upsert'); END;
 CREATE TEMP TRIGGER IF NOT EXISTS index_on_move

@@ -14,6 +14,7 @@ Import lives in worker/transfer/importing.py, the two commands in worker/transfe
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, BinaryIO, Literal, TextIO
 
@@ -21,6 +22,7 @@ import apsw
 import msgspec
 
 from schema.base import DEFAULT_TENANT, Millis, Role, StoredId, Tenant, Unit
+from schema.taxonomy import Category, RecallPolicy, Sensitivity, Tag
 
 FORMAT: Literal["memory-worker-export"] = "memory-worker-export"
 VERSION = 1
@@ -75,6 +77,13 @@ class MemoryRecord(Record, frozen=True, tag="memory"):
     # Left out when not pinned and not forgotten, as in files before a memory's life.
     pinned: bool = False
     forgotten_at: Millis | None = None
+    # Sections 13 and 17, left out when they are the defaults, as in files before them.
+    summary: str | None = None
+    category: Category = "note"
+    sensitivity: Sensitivity = "internal"
+    recall_policy: RecallPolicy = "auto"
+    tags: list[Tag] | None = None
+    flags: list[str] | None = None
 
 
 class MessageRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -130,7 +139,8 @@ AnyRecord = (
 MEMORY_SQL = (
     "SELECT id, agent_id, role, content, hash, session_id, importance, confidence, access_count, "
     "last_accessed, timestamp, metadata, embedding, embedding_model, created_at, pinned, "
-    "forgotten_at FROM memories WHERE tenant = ? AND agent_id = ? ORDER BY timestamp, rowid"
+    "forgotten_at, summary, category, sensitivity, recall_policy, tags, flags FROM memories "
+    "WHERE tenant = ? AND agent_id = ? ORDER BY timestamp, rowid"
 )
 AGENT_TABLES = ("memories", "sessions", "kg_entities", "kg_relations", "agent_switch")
 
@@ -156,14 +166,20 @@ def check_tenant(name: str, where: str) -> str:
         raise TransferError(f"{where}: {name!r} is not a tenant name: {error}") from None
 
 
-def _json_object(text: str | None, what: str) -> dict[str, Any] | None:
-    """Re-encoded rather than copied verbatim, so a stray newline cannot split a JSONL line."""
+def _json_object(text: str | None, what: str, kind: Any = dict[str, Any]) -> Any:
+    """Re-encoded rather than copied verbatim, so a stray newline cannot split a JSONL line;
+    `kind`: an object (metadata, properties) or a list of strings (tags, flags)."""
     if text is None:
         return None
     try:
-        return msgspec.json.decode(text, type=dict[str, Any])
+        return msgspec.json.decode(text, type=kind)
     except msgspec.DecodeError as error:
-        raise TransferError(f"{what} is not a JSON object in the database: {error}") from None
+        raise TransferError(f"{what} is not valid JSON in the database: {error}") from None
+
+
+def _interned(text: Any) -> Any:
+    """`omit_defaults` leaves a default out only when it is that very string object."""
+    return sys.intern(str(text))
 
 
 def _agent_records(conn: apsw.Connection, tenant: str, agent_id: str) -> Iterator[Record]:
@@ -192,6 +208,12 @@ def _agent_records(conn: apsw.Connection, tenant: str, agent_id: str) -> Iterato
             created_at=row[14],
             pinned=bool(row[15]),
             forgotten_at=row[16],
+            summary=row[17],
+            category=_interned(row[18]),
+            sensitivity=_interned(row[19]),
+            recall_policy=_interned(row[20]),
+            tags=_json_object(row[21], f"tags of memory {row[0]}", list[str]),
+            flags=_json_object(row[22], f"flags of memory {row[0]}", list[str]),
         )
     sessions = conn.execute(
         "SELECT id, created_at, updated_at, compacted_at, repaired_at FROM sessions "

@@ -14,6 +14,7 @@ import apsw
 import msgspec
 
 from handlers.store import content_hash
+from handlers.taxonomy import tags_column
 from worker.transfer.exporting import (
     VERSION,
     AnyRecord,
@@ -29,7 +30,7 @@ from worker.transfer.exporting import (
 MEMORY_COLUMNS = (
     "id, tenant, agent_id, role, content, hash, session_id, importance, confidence, access_count, "
     "last_accessed, timestamp, metadata, embedding, embedding_model, created_at, pinned, "
-    "forgotten_at"
+    "forgotten_at, summary, category, sensitivity, recall_policy, tags, flags"
 )
 STAGE_TABLES = ("memories", "sessions", "messages", "entities", "relations", "switches")
 STAGE_SQL = f"""
@@ -64,7 +65,7 @@ def _stage_memory(conn: apsw.Connection, r: MemoryRecord, tenant: str, line: int
     try:
         conn.execute(
             f"INSERT INTO temp.transfer_memories (seq, {MEMORY_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"VALUES ({', '.join('?' * 25)})",
             (
                 line,
                 r.id,
@@ -85,6 +86,12 @@ def _stage_memory(conn: apsw.Connection, r: MemoryRecord, tenant: str, line: int
                 r.created_at,
                 int(r.pinned),
                 r.forgotten_at,
+                r.summary,
+                r.category,
+                r.sensitivity,
+                r.recall_policy,
+                tags_column(r.tags or []),
+                None if not r.flags else msgspec.json.encode(r.flags).decode(),
             ),
         )
     except apsw.ConstraintError:
