@@ -70,6 +70,7 @@ class Description(msgspec.Struct, frozen=True):
     sensitivity: str = "internal"
     recall_policy: str = "auto"
     tags: str | None = None
+    flags: str | None = None  # what the sanitiser found: a JSON array, or NULL
 
 
 def description_of(req: StoreRequest) -> Description:
@@ -96,9 +97,11 @@ def insert_memory(
     embedding: Embedding | None = None,
     append_to_session: bool = True,
     described: Description | None = None,
+    memory_id: str | None = None,
 ) -> tuple[str, bool]:
     """Store one memory unless the agent has its content already; returns (id, deduplicated).
-    A memory deduplicated keeps its own summary and taxonomy.
+    A memory deduplicated keeps its own summary and taxonomy. `memory_id` is the id a new
+    memory gets (a write's decision chose it), else a fresh one.
 
     Shared by store, session compaction and repair, so every memory is written the same way
     (compaction and repair place the new memory in the session's list themselves).
@@ -115,15 +118,15 @@ def insert_memory(
         if row[3] is not None:  # storing forgotten content again restores it (section 12)
             conn.execute("UPDATE memories SET forgotten_at = NULL WHERE id = ?", (memory_id,))
     else:
-        memory_id, ref_role, ref_timestamp = str(uuid.uuid4()), role, timestamp
+        memory_id, ref_role, ref_timestamp = memory_id or str(uuid.uuid4()), role, timestamp
         deduplicated = False
         described = described or Description()
         conn.execute(
             "INSERT INTO memories (id, tenant, agent_id, role, content, hash, session_id, "
             "importance, confidence, access_count, last_accessed, timestamp, metadata, "
             "embedding, embedding_model, created_at, summary, category, sensitivity, "
-            "recall_policy, tags) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1.0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "recall_policy, tags, flags) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1.0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 memory_id,
                 *agent,
@@ -143,6 +146,7 @@ def insert_memory(
                 described.sensitivity,
                 described.recall_policy,
                 described.tags,
+                described.flags,
             ),
         )
     if session_id is not None and append_to_session:
@@ -171,6 +175,22 @@ def store(
     embedding: Embedding | None = None,
 ) -> StoreReply:
     check_store(req, max_content_bytes)
+    return write_store(conn, req, now=now, embedding=embedding)
+
+
+def write_store(
+    conn: apsw.Connection,
+    req: StoreRequest,
+    *,
+    now: int,
+    embedding: Embedding | None = None,
+    memory_id: str | None = None,
+    flags: list[str] | None = None,
+) -> StoreReply:
+    """A checked request's memory written (or found: dedup), with the id and flags chosen."""
+    described = msgspec.structs.replace(
+        description_of(req), flags=msgspec.json.encode(flags).decode() if flags else None
+    )
     memory_id, deduplicated = insert_memory(
         conn,
         agent=agent_of(req),
@@ -186,6 +206,7 @@ def store(
         session_id=None if req.session_id is UNSET else req.session_id,
         metadata=None if req.metadata is UNSET else req.metadata,
         embedding=embedding,
-        described=description_of(req),
+        described=described,
+        memory_id=memory_id,
     )
     return StoreReply(id=memory_id, stored=not deduplicated, deduplicated=deduplicated)

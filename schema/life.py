@@ -118,6 +118,9 @@ class UpdateRequest(TriggerRequest, frozen=True):
 
 class UpdateReply(Reply, frozen=True):
     memory: MemoryOut
+    # What the sanitiser did to new content or summary: as a store's reply says it.
+    redactions: dict[str, int] = msgspec.field(default_factory=dict)
+    flags: list[str] = msgspec.field(default_factory=list)
 
 
 class IdsRequest(TriggerRequest, frozen=True):

@@ -37,6 +37,10 @@ class StoreReply(Reply, frozen=True, omit_defaults=True):
     stored: bool
     deduplicated: bool
     disabled: bool = False
+    # What the sanitiser did (section 13): counts by placeholder type, and the memory's flags;
+    # `{}` and `[]` when nothing, left out only of a switched-off agent's reply.
+    redactions: dict[str, int] | None = None
+    flags: list[str] | None = None
 
 
 NOT_STORED = StoreReply(id=None, stored=False, deduplicated=False, disabled=True)

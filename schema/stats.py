@@ -37,6 +37,14 @@ class JobFigures(Reply, frozen=True):
     last_run: RunFigures | None = None
 
 
+class SanitizerFigures(Reply, frozen=True):
+    """Since the worker started: replacements by placeholder type (`email`, `secret`, ...) and
+    stored or updated memories by flag (`injection`, `pii:email`, ...)."""
+
+    redactions: dict[str, int]
+    flags: dict[str, int]
+
+
 class StatsReply(Reply, frozen=True, omit_defaults=True):
     # "corrupt" once a trigger met a damaged database (healthReason: which, and SQLite's
     # words); the counts below are null when the damage kept them from being taken.
@@ -60,5 +68,6 @@ class StatsReply(Reply, frozen=True, omit_defaults=True):
     in_flight: int
     index_agents: int
     schedule: dict[str, JobFigures]
+    sanitizer: SanitizerFigures
     # Only when the request names an agent: whether its memory is switched on.
     enabled: bool | None = None

@@ -92,7 +92,13 @@ async def test_every_acknowledged_store_survives_kill_9(nats_url: str, tmp_path:
         for content in list(acknowledged)[:200]:
             agent = f"agent{int(content.rsplit(' ', 1)[1]) % 4}"
             again = await client.store(agent, content)
-            assert again == {"id": acknowledged[content], "stored": False, "deduplicated": True}
+            assert again == {
+                "id": acknowledged[content],
+                "stored": False,
+                "deduplicated": True,
+                "redactions": {},
+                "flags": [],
+            }
     finally:
         await app.stop()
         await nc.close()

@@ -55,7 +55,13 @@ async def test_a_forgotten_memory_is_invisible_to_recall_restorable_and_restored
     [memory] = (await client.ok("memory::get", {"agentId": "a", "ids": [gone]}))["memories"]
     assert memory["forgottenAt"] is not None
     again = await client.store("a", "forget this note")
-    assert again == {"id": gone, "stored": False, "deduplicated": True}
+    assert again == {
+        "id": gone,
+        "stored": False,
+        "deduplicated": True,
+        "redactions": {},
+        "flags": [],
+    }
     assert {m["id"] for m in await client.recall("a", "note")} == {kept, gone}
     await client.ok("memory::forget", {"agentId": "a", "ids": [gone]})
     restored = await client.ok("memory::unforget", {"agentId": "a", "ids": [gone, kept]})

@@ -23,7 +23,13 @@ async def test_store_replies_id_stored_and_deduplicated_on_the_wire(client: Clie
     first = await client.store("a1", "same words")
     assert first["stored"] is True and first["deduplicated"] is False and len(first["id"]) == 36
     again = await client.store("a1", "same words", role="assistant")
-    assert again == {"id": first["id"], "stored": False, "deduplicated": True}
+    assert again == {
+        "id": first["id"],
+        "stored": False,
+        "deduplicated": True,
+        "redactions": {},
+        "flags": [],
+    }
 
 
 async def test_metadata_is_returned_as_stored(client: Client) -> None:

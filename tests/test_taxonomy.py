@@ -73,7 +73,13 @@ async def test_a_summarys_words_count_as_the_contents_for_recalls_keyword_term(
     assert top["id"] == found
     assert top["score"] - other["score"] == pytest.approx(0.25, abs=0.01)
     again = await client.store("a", "zzz", summary="another summary")
-    assert again == {"id": found, "stored": False, "deduplicated": True}
+    assert again == {
+        "id": found,
+        "stored": False,
+        "deduplicated": True,
+        "redactions": {},
+        "flags": [],
+    }
     assert (await get(client, "a", found))["summary"] == "quarterly budget review"
 
 

@@ -60,6 +60,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     # The NATS account the worker runs in: a request stamped with it is administrative.
     account: str = "MEMORY"
     grants: str = ""
+    # What store and update do with secrets, PII and injection markers in content (section 13).
+    sanitize: Literal["redact", "flag", "off"] = "redact"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
     # Shards on a NATS cluster (section 16, README "More than one machine"); `single` is one

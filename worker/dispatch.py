@@ -21,7 +21,7 @@ from worker.audit import CALL
 from worker.db import DAMAGED
 from worker.json_keys import duplicate_key
 from worker.locate import refusal
-from worker.registry import READER, Route
+from worker.registry import READER, WRITER, Route
 from worker.services import Context, Services
 from worker.telemetry import Telemetry, TriggerStats
 from worker.tenancy import ADMIN, Caller, caller_of, scoped, untenanted
@@ -34,7 +34,8 @@ async def execute(services: Services, route: Route, request: Any) -> Any:
     """Run the route's function where its row says: a write's decide and apply steps in one
     transaction on the writer (worker/writes.py), a pure read on a reader, given the time; a
     flow with the services."""
-    if route.writes is not None:
+    if route.on == WRITER:
+        assert route.writes is not None
         return await commit(services, route.trigger, route.writes, request)
     if route.on == READER:
         return await services.readers.run(

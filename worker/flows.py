@@ -9,7 +9,6 @@ worker/maintenance.py.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -23,13 +22,10 @@ from handlers import session
 from handlers.audit import Change
 from handlers.session_repair import repair
 from handlers.stats import COUNTED, database_counts
-from handlers.store import check_store, forgotten_content
-from handlers.store import store as store_handler
 from handlers.switch import switched_off
 from schema.base import agent_of, tenant_of
 from schema.context import ContextReply, ContextRequest
 from schema.memory import (
-    NOT_STORED,
     RecallReply,
     RecallRequest,
     StoreReply,
@@ -41,58 +37,28 @@ from schema.session import (
     RepairReply,
     RepairRequest,
 )
-from schema.stats import JobFigures, StatsReply, StatsRequest, TriggerFigures
+from schema.stats import JobFigures, SanitizerFigures, StatsReply, StatsRequest, TriggerFigures
 from worker.audit import audited
 from worker.db import DAMAGED
 from worker.embedders import Vector
 from worker.llm import summarise
 from worker.maintenance import run_figures
-from worker.recall_index.backfill import DEFER_AT
 from worker.recall_index.index import Snapshot
 from worker.services import Services
+from worker.storing import STORE, prepare_store
+from worker.writes import commit
 
 
 async def store(s: Services, req: StoreRequest) -> StoreReply:
-    """Embeds, then commits; when the model is a batch behind, commits first and leaves the
-    vector to the backfill (worker/recall_index/backfill.py), so that a burst of stores does not
-    queue."""
-    limit = s.config.max_content_bytes
-    check_store(req, limit)
-    deferred = s.backfill is not None and s.embedder.backlog() >= DEFER_AT
-    embedding = None
-    if not deferred:
-        [vector] = await s.embedder.embed([req.content], query=False)
-        embedding = None if vector is None else (s.embedder.name, vector)
-
-    def job(conn: apsw.Connection) -> tuple[StoreReply, bool]:
-        if switched_off(conn, agent_of(req)):
-            return NOT_STORED, False
-        restores = forgotten_content(conn, req)
-        return store_handler(
-            conn, req, now=s.clock(), max_content_bytes=limit, embedding=embedding
-        ), restores
-
-    reply, _ = await s.writer.run(audited(job, _store_changes(req), s.clock))
-    if embedding is None and reply.stored and s.backfill is not None:
-        s.backfill.add(
-            tenant_of(req), req.agent_id
-        )  # deferred, or the embedder failed: the backfill retries
+    """Sanitises and embeds, then commits (worker/storing.py); when the model is a batch behind,
+    commits first and leaves the vector to the backfill (worker/recall_index/backfill.py), so
+    that a burst of stores does not queue."""
+    prepared = await prepare_store(s, req)
+    reply: StoreReply = await commit(s, "memory::store", STORE, req, prepared=prepared)
+    s.telemetry.sanitizer.count(reply.redactions or {}, reply.flags or [])
+    if prepared.embedding is None and reply.stored and s.backfill is not None:
+        s.backfill.add(tenant_of(req), req.agent_id)  # deferred, or the embedder failed
     return reply
-
-
-def _store_changes(req: StoreRequest) -> Callable[[tuple[StoreReply, bool]], list[Change]]:
-    """A store that wrote is audited as a store; one that restored a forgotten memory by
-    storing its content again, as an unforget."""
-
-    def changes(done: tuple[StoreReply, bool]) -> list[Change]:
-        reply, restored = done
-        if reply.id is None:  # the agent's memory is switched off: nothing was written
-            return []
-        if restored:
-            return [Change(agent_of(req), [reply.id], trigger="memory::unforget")]
-        return [Change(agent_of(req), [reply.id])] if reply.stored else []
-
-    return changes
 
 
 def _recall(
@@ -216,6 +182,10 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
             )
             for name, record in t.jobs.items()
         },
+        sanitizer=SanitizerFigures(
+            redactions=dict(sorted(t.sanitizer.redactions.items())),
+            flags=dict(sorted(t.sanitizer.flags.items())),
+        ),
         enabled=enabled,
     )
 

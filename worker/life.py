@@ -11,7 +11,6 @@ from msgspec import UNSET
 from handlers.audit import Change
 from handlers.life import Marked, apply_delete, apply_marks, plan_delete, plan_forget
 from handlers.switch import Toggled, apply_toggle, decide_toggle, toggled_changes
-from handlers.update import apply_update, check_update, plan_update
 from schema.base import agent_of, tenant_of
 from schema.life import (
     DeleteReply,
@@ -27,6 +26,8 @@ from schema.life import (
 from schema.switch import ToggleReply, ToggleRequest
 from worker.audit import audited
 from worker.services import Services
+from worker.storing import UPDATE, prepare_update
+from worker.writes import commit
 
 
 async def _mark(s: Services, req: IdsRequest, *, forget: bool) -> tuple[int, list[str]]:
@@ -65,20 +66,12 @@ async def delete(s: Services, req: DeleteRequest) -> DeleteReply:
 
 
 async def update(s: Services, req: UpdateRequest) -> UpdateReply:
-    """New content is embedded before the writer applies the change, as a store's is."""
-    check_update(req, s.config.max_content_bytes)
-    embedding = None
-    if req.content is not UNSET:
-        [vector] = await s.embedder.embed([req.content], query=False)
-        embedding = None if vector is None else (s.embedder.name, vector)
-    reply = await s.writer.run(
-        audited(
-            lambda conn: apply_update(conn, plan_update(conn, req, embedding=embedding)),
-            lambda done: [Change(agent_of(req), [done.memory.id])],
-            s.clock,
-        )
-    )
-    if req.content is not UNSET and embedding is None and s.backfill is not None:
+    """New content is sanitised and embedded before the writer applies the change, as a
+    store's is (worker/storing.py)."""
+    prepared = await prepare_update(s, req)
+    reply: UpdateReply = await commit(s, "memory::update", UPDATE, req, prepared=prepared)
+    s.telemetry.sanitizer.count(reply.redactions, reply.flags)
+    if req.content is not UNSET and prepared.embedding is None and s.backfill is not None:
         s.backfill.add(tenant_of(req), req.agent_id)  # the embedder failed: later
     return reply
 

@@ -77,6 +77,12 @@ async def render_metrics(telemetry: Telemetry, readers: Readers) -> str:
     family("tenant_memories", "gauge", "Memories stored, by tenant ('' the default tenant).")
     for tenant, count in sorted((await readers.run(memories_by_tenant)).items()):
         lines.append(f'{PREFIX}_tenant_memories{{tenant="{_label(tenant)}"}} {count}')
+    family("redactions_total", "counter", "Secrets and PII the sanitiser replaced, by type.")
+    for kind, count in sorted(telemetry.sanitizer.redactions.items()):
+        lines.append(f'{PREFIX}_redactions_total{{type="{_label(kind)}"}} {count}')
+    family("flagged_total", "counter", "Memories stored or updated with a flag, by flag.")
+    for flag, count in sorted(telemetry.sanitizer.flags.items()):
+        lines.append(f'{PREFIX}_flagged_total{{flag="{_label(flag)}"}} {count}')
     family("in_flight", "gauge", "Requests being handled now.")
     lines.append(f"{PREFIX}_in_flight {telemetry.in_flight}")
     family("job_last_run_timestamp_seconds", "gauge", "When each scheduled job last ran.")

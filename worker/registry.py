@@ -72,6 +72,7 @@ from schema.switch import ToggleReply, ToggleRequest
 from worker import flows, maintenance
 from worker import life as worker_life
 from worker.services import Context
+from worker.storing import STORE, UPDATE
 from worker.writes import Write, requested
 
 Where = Literal["writer", "reader", "flow"]
@@ -110,11 +111,12 @@ class Route:
 
     @cached_property
     def writes(self) -> Write[Any, Any] | None:
-        """How the route writes, as decide and apply, or None for a read or a flow."""
-        if self.on != WRITER:
-            return None
+        """How the route writes, as decide and apply, or None for a read or a flow that writes
+        nothing. A FLOW with `write` runs it itself, around what else it awaits."""
         if self.write is not None:
             return self.write
+        if self.on != WRITER:
+            return None
         audit = self.audit
         return requested(
             self.request_type,
@@ -151,7 +153,15 @@ def prefix_groups(prefix: str) -> tuple[str, ...]:
 
 
 ROUTES: tuple[Route, ...] = (
-    Route("memory::store", StoreRequest, flows.store, on=FLOW, reply_type=StoreReply, ingest=True),
+    Route(
+        "memory::store",
+        StoreRequest,
+        flows.store,
+        on=FLOW,
+        reply_type=StoreReply,
+        ingest=True,
+        write=STORE,
+    ),
     Route("memory::recall", RecallRequest, flows.recall, on=FLOW, reply_type=RecallReply),
     Route("memory::context", ContextRequest, flows.context, on=FLOW, reply_type=ContextReply),
     Route(
@@ -265,6 +275,7 @@ ROUTES: tuple[Route, ...] = (
         on=FLOW,
         reply_type=UpdateReply,
         ingest=True,
+        write=UPDATE,
     ),
     Route(
         "memory::erase",

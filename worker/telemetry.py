@@ -88,6 +88,22 @@ def no_fires(now_ms: int) -> dict[str, int]:
 
 
 @dataclass
+@dataclass
+class SanitizerCounts:
+    """What the sanitiser did to stored and updated texts since start (memory::stats, the
+    metrics): replacements by placeholder type, memories by flag."""
+
+    redactions: dict[str, int] = field(default_factory=dict)
+    flags: dict[str, int] = field(default_factory=dict)
+
+    def count(self, redactions: dict[str, int], flags: list[str]) -> None:
+        for kind, times in redactions.items():
+            self.redactions[kind] = self.redactions.get(kind, 0) + times
+        for flag in flags:
+            self.flags[flag] = self.flags.get(flag, 0) + 1
+
+
+@dataclass
 class Telemetry:
     """`next_fires(now_ms)` is the cron table's (scheduler/jobs.py `Schedule.next_fires`), known
     from the configuration before anything starts; `jobs` has a record for each of its jobs."""
@@ -99,6 +115,7 @@ class Telemetry:
     in_flight: int = 0
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     health: Health = field(default_factory=Health)
+    sanitizer: SanitizerCounts = field(default_factory=SanitizerCounts)
 
     def count(
         self, trigger: str, duration_ms: float, error_code: str | None, tenant: str | None = None

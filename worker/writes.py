@@ -82,9 +82,21 @@ def decide_and_apply(
     return Logged(entry, write.reply(decision, result))
 
 
-async def commit(services: Services, trigger: str, write: Write[Any, Any], request: Any) -> Any:
-    """Prepare outside the writer, then decide and apply in one writer transaction; the reply."""
-    prepared = None if write.prepare is None else await write.prepare(services, request)
+_UNPREPARED: Any = object()
+
+
+async def commit(
+    services: Services,
+    trigger: str,
+    write: Write[Any, Any],
+    request: Any,
+    *,
+    prepared: Any = _UNPREPARED,
+) -> Any:
+    """Prepare outside the writer (unless the caller did), then decide and apply in one writer
+    transaction; the reply."""
+    if prepared is _UNPREPARED:
+        prepared = None if write.prepare is None else await write.prepare(services, request)
     call = CALL.get()  # taken here: the writer thread does not share this task's context
     logged: Logged = await services.writer.run(
         lambda conn: decide_and_apply(

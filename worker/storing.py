@@ -1,0 +1,210 @@
+"""memory::store and memory::update as writes (worker/writes.py): what they do before the
+writer — check the request, pass its text through the sanitiser (section 13), embed what will be
+stored — and their decide and apply steps.
+
+The sanitiser runs before the hash and the embedding, so dedup, keywords and vectors only ever
+see the redacted text, and it runs on a thread for long texts (its worst case is a fraction of a
+second at 512 KiB: README "The sanitiser"), never on the event loop. The summary passes it too:
+it is replayed into prompts as the content is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from typing import Any, NamedTuple
+
+import apsw
+import msgspec
+import numpy as np
+from msgspec import UNSET
+
+from handlers.audit import Change
+from handlers.sanitize import Sanitized, sanitize
+from handlers.store import Embedding, check_store, forgotten_content, write_store
+from handlers.switch import switched_off
+from handlers.update import Correction, apply_update, check_update, plan_update
+from schema.base import agent_of
+from schema.life import UpdateReply, UpdateRequest
+from schema.memory import NOT_STORED, StoreReply, StoreRequest
+from worker.recall_index.backfill import DEFER_AT
+from worker.services import Services
+from worker.writes import Write
+
+# Texts longer than this are sanitised on a thread (about 1 ms of rules at this size).
+THREAD_AT = 16_384
+
+
+class Prepared(NamedTuple):
+    request: Any  # the request with its text sanitised
+    found: Sanitized  # what the sanitiser did, content and summary together
+    embedding: Embedding | None
+
+
+async def _sanitized(s: Services, texts: list[str]) -> list[Sanitized]:
+    def run() -> list[Sanitized]:
+        return [sanitize(text, s.config.sanitize) for text in texts]
+
+    if sum(len(text) for text in texts) > THREAD_AT:
+        return await asyncio.to_thread(run)
+    return run()
+
+
+def _merged(parts: list[Sanitized], text: str) -> Sanitized:
+    redactions: Counter[str] = Counter()
+    for part in parts:
+        redactions.update(part.redactions)
+    flags = sorted({flag for part in parts for flag in part.flags})
+    rules = tuple(sorted({rule for part in parts for rule in part.rules}))
+    return Sanitized(text, dict(sorted(redactions.items())), flags, rules)
+
+
+async def _embedded(s: Services, text: str, *, may_defer: bool) -> Embedding | None:
+    """None when the model is a batch behind (a store leaves the vector to the backfill) or
+    failed; the backfill gives the memory its vector later."""
+    if may_defer and s.backfill is not None and s.embedder.backlog() >= DEFER_AT:
+        return None
+    [vector] = await s.embedder.embed([text], query=False)
+    return None if vector is None else (s.embedder.name, vector)
+
+
+async def prepare_store(s: Services, req: StoreRequest) -> Prepared:
+    check_store(req, s.config.max_content_bytes)
+    texts = [req.content] + ([] if req.summary is UNSET or not req.summary else [req.summary])
+    parts = await _sanitized(s, texts)
+    clean = msgspec.structs.replace(
+        req,
+        content=parts[0].text,
+        summary=parts[1].text if len(parts) > 1 else req.summary,
+    )
+    embedding = await _embedded(s, clean.content, may_defer=True)
+    return Prepared(clean, _merged(parts, parts[0].text), embedding)
+
+
+class Stored(msgspec.Struct, frozen=True):
+    """A store decided: the sanitised request, the id a new memory gets, when, its vector, and
+    what the sanitiser found (rule names, never the text they matched)."""
+
+    request: StoreRequest
+    id: str
+    at: int
+    redactions: dict[str, int]
+    flags: list[str]
+    rules: list[str]
+    model: str | None = None
+    vector: bytes | None = None
+
+
+def _vector(model: str | None, vector: bytes | None) -> Embedding | None:
+    if model is None or vector is None:
+        return None
+    return (model, np.frombuffer(vector, dtype=np.float32))
+
+
+def decide_store(conn: apsw.Connection, req: StoreRequest, now: int, p: Prepared) -> Stored:
+    return Stored(
+        request=p.request,
+        id=str(uuid.uuid4()),
+        at=now,
+        redactions=p.found.redactions,
+        flags=p.found.flags,
+        rules=list(p.found.rules),
+        model=None if p.embedding is None else p.embedding[0],
+        vector=None if p.embedding is None else p.embedding[1].astype(np.float32).tobytes(),
+    )
+
+
+def apply_store(conn: apsw.Connection, d: Stored) -> tuple[StoreReply, bool]:
+    """The reply, and whether it restored a forgotten memory (audited as an unforget)."""
+    if switched_off(conn, agent_of(d.request)):
+        return NOT_STORED, False
+    restores = forgotten_content(conn, d.request)
+    reply = write_store(
+        conn,
+        d.request,
+        now=d.at,
+        embedding=_vector(d.model, d.vector),
+        memory_id=d.id,
+        flags=d.flags,
+    )
+    return reply, restores
+
+
+def _detail(rules: list[str], flags: list[str]) -> dict[str, Any] | None:
+    """The audit's word on the sanitiser: which rules fired and the flags, never the text."""
+    return {"rules": rules, "flags": flags} if rules or flags else None
+
+
+def store_changes(d: Stored, done: tuple[StoreReply, bool]) -> list[Change]:
+    """A store that wrote is audited as a store; one that restored a forgotten memory by
+    storing its content again, as an unforget."""
+    reply, restored = done
+    if reply.id is None:  # the agent's memory is switched off: nothing was written
+        return []
+    if restored:
+        return [Change(agent_of(d.request), [reply.id], trigger="memory::unforget")]
+    if not reply.stored:
+        return []
+    return [Change(agent_of(d.request), [reply.id], detail=_detail(d.rules, d.flags))]
+
+
+def store_reply(d: Stored, done: tuple[StoreReply, bool]) -> StoreReply:
+    reply, _ = done
+    if reply.disabled:
+        return reply
+    return msgspec.structs.replace(reply, redactions=d.redactions, flags=d.flags)
+
+
+STORE: Write[Stored, tuple[StoreReply, bool]] = Write(
+    decision=Stored,
+    decide=decide_store,
+    apply=apply_store,
+    reply=store_reply,
+    changes=store_changes,
+    prepare=prepare_store,
+)
+
+
+async def prepare_update(s: Services, req: UpdateRequest) -> Prepared:
+    check_update(req, s.config.max_content_bytes)
+    asked = {"content": req.content, "summary": req.summary}
+    texts = {name: text for name, text in asked.items() if isinstance(text, str) and text}
+    parts = dict(zip(texts, await _sanitized(s, list(texts.values())), strict=True))
+    clean = msgspec.structs.replace(req, **{name: part.text for name, part in parts.items()})
+    embedding = None
+    if clean.content is not UNSET:
+        embedding = await _embedded(s, clean.content, may_defer=False)
+    merged = _merged(list(parts.values()), "")
+    return Prepared(clean, merged, embedding)
+
+
+class Corrected(msgspec.Struct, frozen=True):
+    """An update decided: the columns it writes, and what the sanitiser found."""
+
+    correction: Correction
+    redactions: dict[str, int]
+    flags: list[str]
+    rules: list[str]
+
+
+def decide_update(conn: apsw.Connection, req: UpdateRequest, now: int, p: Prepared) -> Corrected:
+    correction = plan_update(conn, p.request, embedding=p.embedding)
+    if p.request.content is not UNSET:  # new content: the flags are the new text's
+        flags = msgspec.json.encode(p.found.flags).decode() if p.found.flags else None
+        correction = msgspec.structs.replace(
+            correction, columns={**correction.columns, "flags": flags}
+        )
+    return Corrected(correction, p.found.redactions, p.found.flags, list(p.found.rules))
+
+
+UPDATE: Write[Corrected, UpdateReply] = Write(
+    decision=Corrected,
+    decide=decide_update,
+    apply=lambda conn, d: apply_update(conn, d.correction),
+    reply=lambda d, reply: msgspec.structs.replace(reply, redactions=d.redactions, flags=d.flags),
+    changes=lambda d, reply: [
+        Change(d.correction.agent, [d.correction.id], detail=_detail(d.rules, d.flags))
+    ],
+    prepare=prepare_update,
+)
