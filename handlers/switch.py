@@ -8,9 +8,8 @@ time) and an apply step (the row), like every write, so that shards can log and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import apsw
+import msgspec
 
 from handlers.audit import Change
 from schema.base import Agent, agent_of
@@ -32,8 +31,7 @@ def switched_off(conn: apsw.Connection, agent: Agent) -> bool:
     )
 
 
-@dataclass(frozen=True)
-class Toggled:
+class Toggled(msgspec.Struct, frozen=True):
     """The decision: the agent, the state asked for, whether that changes anything, and when."""
 
     agent: Agent

@@ -24,17 +24,15 @@ TTL = 1.5
 
 
 def shard_config(nats_url: str, root: Path, name: str, **overrides: Any) -> Any:
-    return worker_config(
-        nats_url,
-        root / name / "unused.db",
-        mode="sharded",
-        shard_name=name,
-        data_dir=str(root / name),
-        partitions=PARTITIONS,
-        replicas=1,
-        lease_ttl=TTL,
-        **overrides,
-    )
+    settings: dict[str, Any] = {
+        "mode": "sharded",
+        "shard_name": name,
+        "data_dir": str(root / name),
+        "partitions": PARTITIONS,
+        "replicas": 1,
+        "lease_ttl": TTL,
+    }
+    return worker_config(nats_url, root / name / "unused.db", **(settings | overrides))
 
 
 @contextlib.asynccontextmanager

@@ -1,68 +1,83 @@
 """The writes of a memory's life that reply with what they decided (forget, unforget, delete,
-update, toggle):
-each decides and applies in one writer job, which also records in the audit the memories it
-changed, then answers from the decision (handlers/life.py)."""
+update, toggle), as decide and apply steps (worker/writes.py): each decides from the state it
+sees (handlers/life.py, handlers/switch.py), applies that decision in the same writer
+transaction, records in the audit what changed, and answers from the decision. A shard logs the
+decision between the two steps and replays it with the same apply."""
 
 from __future__ import annotations
 
-import apsw
 from msgspec import UNSET
 
 from handlers.audit import Change
-from handlers.life import Marked, apply_delete, apply_marks, plan_delete, plan_forget
+from handlers.life import Deletion, Marked, apply_delete, apply_marks, plan_delete, plan_forget
 from handlers.switch import Toggled, apply_toggle, decide_toggle, toggled_changes
-from schema.base import agent_of, tenant_of
+from schema.base import tenant_of
 from schema.life import (
     DeleteReply,
     DeleteRequest,
     ForgetReply,
     ForgetRequest,
-    IdsRequest,
     UnforgetReply,
     UnforgetRequest,
     UpdateReply,
     UpdateRequest,
 )
 from schema.switch import ToggleReply, ToggleRequest
-from worker.audit import audited
 from worker.services import Services
 from worker.storing import UPDATE, prepare_update
-from worker.writes import commit
+from worker.writes import Write, commit
 
 
-async def _mark(s: Services, req: IdsRequest, *, forget: bool) -> tuple[int, list[str]]:
-    """Forget or restore: (the agent's ids asked for, missing); the audit gets those changed."""
-
-    def job(conn: apsw.Connection) -> Marked:
-        plan = plan_forget(conn, req, now=s.clock(), forget=forget)
-        apply_marks(conn, plan, forget=forget)
-        return plan
-
-    plan = await s.writer.run(
-        audited(job, lambda done: [Change(done.agent, done.changed)], s.clock)
+def _marking(forget: bool) -> Write[Marked, None]:
+    return Write(
+        decision=Marked,
+        decide=lambda conn, req, now, _: plan_forget(conn, req, now=now, forget=forget),
+        apply=lambda conn, plan: apply_marks(conn, plan, forget=forget),
+        reply=lambda plan, _: (
+            ForgetReply(forgotten=len(plan.present), missing=plan.missing)
+            if forget
+            else UnforgetReply(restored=len(plan.present), missing=plan.missing)
+        ),
+        changes=lambda plan, _: [Change(plan.agent, plan.changed)],
     )
-    return len(plan.present), plan.missing
+
+
+FORGET = _marking(forget=True)
+UNFORGET = _marking(forget=False)
+DELETE: Write[Deletion, list[str]] = Write(
+    decision=Deletion,
+    decide=lambda conn, req, now, _: plan_delete(conn, req),
+    apply=apply_delete,
+    reply=lambda plan, gone: DeleteReply(deleted=len(gone), missing=plan.missing),
+    changes=lambda plan, gone: [Change(plan.agent, gone)],
+)
+TOGGLE: Write[Toggled, ToggleReply] = Write(
+    decision=Toggled,
+    decide=lambda conn, req, now, _: decide_toggle(conn, req, now=now),
+    apply=apply_toggle,
+    reply=lambda event, reply: reply,
+    changes=lambda event, reply: toggled_changes(event),
+)
 
 
 async def forget(s: Services, req: ForgetRequest) -> ForgetReply:
-    forgotten, missing = await _mark(s, req, forget=True)
-    return ForgetReply(forgotten=forgotten, missing=missing)
+    reply: ForgetReply = await commit(s, "memory::forget", FORGET, req)
+    return reply
 
 
 async def unforget(s: Services, req: UnforgetRequest) -> UnforgetReply:
-    restored, missing = await _mark(s, req, forget=False)
-    return UnforgetReply(restored=restored, missing=missing)
+    reply: UnforgetReply = await commit(s, "memory::unforget", UNFORGET, req)
+    return reply
 
 
 async def delete(s: Services, req: DeleteRequest) -> DeleteReply:
-    def job(conn: apsw.Connection) -> tuple[list[str], list[str]]:
-        plan = plan_delete(conn, req)
-        return apply_delete(conn, plan), plan.missing
+    reply: DeleteReply = await commit(s, "memory::delete", DELETE, req)
+    return reply
 
-    deleted, missing = await s.writer.run(
-        audited(job, lambda done: [Change(agent_of(req), done[0])], s.clock)
-    )
-    return DeleteReply(deleted=len(deleted), missing=missing)
+
+async def toggle(s: Services, req: ToggleRequest) -> ToggleReply:
+    reply: ToggleReply = await commit(s, "memory::toggle", TOGGLE, req)
+    return reply
 
 
 async def update(s: Services, req: UpdateRequest) -> UpdateReply:
@@ -74,13 +89,3 @@ async def update(s: Services, req: UpdateRequest) -> UpdateReply:
     if req.content is not UNSET and prepared.embedding is None and s.backfill is not None:
         s.backfill.add(tenant_of(req), req.agent_id)  # the embedder failed: later
     return reply
-
-
-async def toggle(s: Services, req: ToggleRequest) -> ToggleReply:
-    def job(conn: apsw.Connection) -> Toggled:
-        event = decide_toggle(conn, req, now=s.clock())
-        apply_toggle(conn, event)
-        return event
-
-    event = await s.writer.run(audited(job, toggled_changes, s.clock))
-    return ToggleReply(enabled=event.enabled)

@@ -251,6 +251,7 @@ ROUTES: tuple[Route, ...] = (
         on=FLOW,
         reply_type=ForgetReply,
         ingest=True,
+        write=worker_life.FORGET,
     ),
     Route(
         "memory::unforget",
@@ -259,6 +260,7 @@ ROUTES: tuple[Route, ...] = (
         on=FLOW,
         reply_type=UnforgetReply,
         ingest=True,
+        write=worker_life.UNFORGET,
     ),
     Route(
         "memory::delete",
@@ -267,6 +269,7 @@ ROUTES: tuple[Route, ...] = (
         on=FLOW,
         reply_type=DeleteReply,
         ingest=True,
+        write=worker_life.DELETE,
     ),
     Route(
         "memory::update",
@@ -293,6 +296,7 @@ ROUTES: tuple[Route, ...] = (
         on=FLOW,
         reply_type=ToggleReply,
         ingest=True,
+        write=worker_life.TOGGLE,
     ),
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}

@@ -1,0 +1,121 @@
+"""A partition's log replayed into an empty file gives the owner's rows exactly (SCALE.md): every
+write a shard serves is a decision that the same apply turns into the same rows, the audit
+included. Writes that are not decide and apply steps yet are refused in sharded mode, never
+applied without their log."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import apsw
+import msgspec
+import nats
+
+from tests.support import Client
+from tests.test_shards import shard_config
+from worker.db import migrate, open_db
+from worker.registry import ROUTES
+from worker.shards.app import ShardApp
+from worker.shards.log import PartitionLog
+from worker.writes import LogEntry, Replayer
+
+TABLES = {
+    "memories": "id",
+    "sessions": "agent_id, id",
+    "session_messages": "agent_id, session_id, position",
+    "kg_entities": "agent_id, id",
+    "kg_relations": "seq",
+    "agent_switch": "agent_id",
+    "audit": "seq",
+}
+
+
+def rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return {
+            table: [tuple(row) for row in conn.execute(f"SELECT * FROM {table} ORDER BY {order}")]
+            for table, order in TABLES.items()
+        }
+    finally:
+        conn.close()
+
+
+async def scenario(client: Client) -> None:
+    """Every write trigger that runs sharded, with the cases that decide something."""
+    a = (await client.store("a", "the office is in Lisbon", sessionId="s1"))["id"]
+    b = (await client.store("a", "mail jane@example.com", role="assistant", sessionId="s1"))["id"]
+    await client.store("a", "the office is in Lisbon")  # deduplicated
+    await client.ok("memory::update", {"agentId": "a", "id": a, "content": "the office is in Porto",
+                                       "pinned": True, "tags": ["office"]})  # fmt: skip
+    await client.ok("memory::forget", {"agentId": "a", "ids": [b]})
+    await client.store("a", "mail jane@example.com")  # restores the forgotten memory
+    await client.ok("memory::forget", {"agentId": "a", "ids": [b]})
+    await client.ok("memory::unforget", {"agentId": "a", "ids": [b, "nope"]})
+    await client.ok("memory::toggle", {"agentId": "a", "enabled": False})
+    await client.store("a", "not kept")
+    await client.ok("memory::toggle", {"agentId": "a", "enabled": True})
+    await client.ok(
+        "memory::kg::add",
+        {"agentId": "a", "entity": {"id": "alice", "type": "person",
+                                    "relations": [{"target": "bob", "type": "knows"}]}},
+    )  # fmt: skip
+    await client.ok("memory::kg::delete", {"agentId": "a", "entityId": "bob"})
+    doomed = (await client.store("b", "to be deleted"))["id"]
+    await client.ok("memory::delete", {"agentId": "b", "ids": [doomed]})
+    await client.store("c", "erased soon")
+    await client.ok("memory::erase", {"agentId": "c", "confirm": "c"})
+
+
+async def test_replaying_a_partitions_log_into_an_empty_file_gives_the_owners_rows(
+    nats_url: str, tmp_path: Path
+) -> None:
+    config = shard_config(nats_url, tmp_path, "s1", partitions=1)
+    app = ShardApp(config)
+    await app.start()
+    nc = await nats.connect(nats_url)
+    try:
+        await scenario(Client(nc))
+        owner = tmp_path / "s1" / "p0000.db"
+        last = app.nodes[0].applied
+        copy = tmp_path / "copy.db"
+        conn = open_db(copy)
+        migrate(conn)
+        replayer = Replayer({r.trigger: r.writes for r in ROUTES if r.writes is not None})
+        entries = PartitionLog(nc.jetstream(), 1, 1).read(0, 0)
+        async for entry in entries:
+            with conn:
+                for logged in msgspec.msgpack.decode(entry.data, type=list[LogEntry]):
+                    replayer.replay(conn, logged)
+            if entry.seq >= last:
+                break
+        await entries.aclose()
+        conn.close()
+        await asyncio.sleep(0.2)  # the owner's last commit is on disk
+        expected, replayed = rows(owner), rows(copy)
+        assert expected["memories"] and expected["audit"] and expected["kg_entities"]
+        assert replayed == expected
+    finally:
+        await nc.close()
+        await app.stop()
+
+
+async def test_a_write_without_decide_and_apply_steps_is_refused_sharded_and_writes_nothing(
+    nats_url: str, tmp_path: Path
+) -> None:
+    app = ShardApp(shard_config(nats_url, tmp_path, "s1", partitions=1))
+    await app.start()
+    nc = await nats.connect(nats_url)
+    try:
+        client = Client(nc)
+        await client.store("a", "one", sessionId="s")
+        await client.store("a", "two", sessionId="s")
+        # session::repair is not yet decide and apply steps: refused rather than unlogged
+        reply = await client.call("memory::session::repair", {"agentId": "a", "sessionId": "s"})
+        assert reply.code == "500", reply
+        assert app.nodes[0].applied == 2  # the two stores, nothing more
+    finally:
+        await nc.close()
+        await app.stop()
