@@ -19,15 +19,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
+import msgspec
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from pydantic import Field
 
+from schema.context import ContextRequest
 from schema.errors import WorkerError
 from schema.life import ForgetRequest, GetRequest, ListRequest
 from schema.memory import RecallRequest, StoreRequest
 from schema.session import SessionListRequest
 from schema.switch import ToggleRequest
+from schema.taxonomy import Category, Sensitivity
 from worker.client import MemoryClient
 from worker.client_errors import ClientError
 from worker.config import Config
@@ -40,7 +43,6 @@ from worker.mcp_text import (
     SAVE,
     SEARCH,
     TOGGLE,
-    context_block,
     memory_lines,
     recalled_lines,
 )
@@ -51,6 +53,13 @@ Importance = Annotated[
     Field(ge=0.0, le=1.0, description="0-1; see the guidelines above. Omit to let it be estimated"),
 ]
 Ids = Annotated[list[str], Field(min_length=1, max_length=100, description="memory ids")]
+Summary = Annotated[
+    str | None,
+    Field(min_length=1, max_length=1024, description="a short version, shown for long content"),
+]
+TagList = Annotated[
+    list[str] | None, Field(max_length=32, description="labels to filter by, 1-64 characters")
+]
 
 
 class Bridge:
@@ -89,6 +98,15 @@ class Bridge:
         if self._client is not None:
             await self._client.close()
 
+    @staticmethod
+    def convert(fields: dict[str, Any], kind: type[T]) -> T:
+        """A request from a tool's arguments, checked as the worker checks it: a refusal names
+        the argument (`$.tags[0]`) instead of crashing the tool."""
+        try:
+            return msgspec.convert(fields, kind)
+        except msgspec.ValidationError as error:
+            raise ToolError(f"invalid argument: {error}") from None
+
 
 def agent_resolver(agent: str | None, header: str | None) -> Callable[[Context], str]:
     """Where the agent comes from: the deployer's --agent, or the header a proxy sets."""
@@ -125,15 +143,31 @@ def build_server(
         content: Annotated[str, Field(min_length=1, description="one self-contained fact")],
         ctx: Context,
         importance: Importance = None,
+        summary: Summary = None,
+        tags: TagList = None,
+        category: Annotated[Category | None, Field(description="what kind of memory")] = None,
+        sensitivity: Annotated[
+            Sensitivity | None, Field(description="internal unless it is public or restricted")
+        ] = None,
     ) -> str:
-        fields: dict[str, Any] = {} if importance is None else {"importance": importance}
-        request = StoreRequest(agent_id=agent_of(ctx), content=content, **fields)
+        given = {
+            "importance": importance,
+            "summary": summary,
+            "tags": tags,
+            "category": category,
+            "sensitivity": sensitivity,
+        }
+        fields: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
+        request = bridge.convert(
+            {"agentId": agent_of(ctx), "content": content, **fields}, StoreRequest
+        )
         reply = await bridge.call(lambda c: c.store(request))
         if reply.disabled:
             return "Not saved: memory is switched off for this agent."
-        if reply.deduplicated:
-            return f"Already known (id {reply.id})."
-        return f"Saved (id {reply.id})."
+        done = "Already known" if reply.deduplicated else "Saved"
+        notes = [f"{count} {kind} redacted" for kind, count in (reply.redactions or {}).items()]
+        notes += [f"flagged {flag}" for flag in reply.flags or [] if not flag.startswith("pii:")]
+        return f"{done} (id {reply.id})" + (f"; {', '.join(notes)}." if notes else ".")
 
     @server.tool(name="memory_search", description=SEARCH, structured_output=False)
     async def memory_search(
@@ -150,10 +184,13 @@ def build_server(
         query: Annotated[str, Field(description="what the conversation is about")],
         ctx: Context,
         limit: Annotated[int, Field(ge=1, le=20)] = 10,
+        max_chars: Annotated[int, Field(ge=200, le=100_000, description="size bound")] = 4000,
     ) -> str:
-        request = RecallRequest(agent_id=agent_of(ctx), query=query, limit=limit, with_pinned=True)
-        reply = await bridge.call(lambda c: c.recall(request))
-        return context_block(reply.pinned or [], reply.memories)
+        request = ContextRequest(
+            agent_id=agent_of(ctx), query=query, limit=limit, max_chars=max_chars
+        )
+        reply = await bridge.call(lambda c: c.context(request))
+        return reply.text
 
     @server.tool(name="memory_get", description=GET, structured_output=False)
     async def memory_get(ids: Ids, ctx: Context) -> str:
