@@ -16,7 +16,7 @@ import nats
 from tests.support import Client
 from tests.test_shards import shard_config
 from worker.db import migrate, open_db
-from worker.registry import ROUTES
+from worker.registry import all_writes
 from worker.shards.app import ShardApp
 from worker.shards.log import PartitionLog
 from worker.writes import LogEntry, Replayer
@@ -67,6 +67,11 @@ async def scenario(client: Client) -> None:
     await client.ok("memory::delete", {"agentId": "b", "ids": [doomed]})
     await client.store("c", "erased soon")
     await client.ok("memory::erase", {"agentId": "c", "confirm": "c"})
+    await client.recall("a", "office")  # its access counts are logged too
+    old = (await client.store("d", "long ago", timestamp=1, importance=0.1))["id"]
+    await client.ok("memory::consolidate", {"decayRate": 0.5})
+    evicted = await client.ok("memory::evict", {})  # every partition: here the one
+    assert evicted["evicted"] == 1 and old
 
 
 async def test_replaying_a_partitions_log_into_an_empty_file_gives_the_owners_rows(
@@ -83,7 +88,7 @@ async def test_replaying_a_partitions_log_into_an_empty_file_gives_the_owners_ro
         copy = tmp_path / "copy.db"
         conn = open_db(copy)
         migrate(conn)
-        replayer = Replayer({r.trigger: r.writes for r in ROUTES if r.writes is not None})
+        replayer = Replayer(all_writes())
         entries = PartitionLog(nc.jetstream(), 1, 1).read(0, 0)
         async for entry in entries:
             with conn:

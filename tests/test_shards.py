@@ -109,3 +109,25 @@ async def test_a_shard_that_dies_is_replaced_within_two_ttls_and_loses_nothing(
             body = await client.ok("memory::kg::query", {"agentId": agent, "entityId": "e"})
             assert [e["id"] for e in body["entities"]] == ["e"], agent
         await nc.close()
+
+
+async def test_evict_consolidate_and_stats_without_an_agent_add_up_over_every_partition(
+    nats_url: str, tmp_path: Path
+) -> None:
+    async with shards(nats_url, tmp_path, "s1", "s2"):
+        nc = await nats.connect(nats_url)
+        client = Client(nc)
+        agents = [f"agent-{n}" for n in range(12)]
+        for agent in agents:
+            await client.store(agent, f"an old note of {agent}", timestamp=1, importance=0.1)
+            await client.store(agent, f"a fresh note of {agent}")
+        stats = await client.ok("memory::stats", {})
+        assert stats["memories"] == 24 and stats["agents"] == 12
+        decayed = await client.ok("memory::consolidate", {})
+        assert decayed["memoriesDecayed"] == 12  # the old ones, never accessed since
+        evicted = await client.ok("memory::evict", {})
+        assert evicted["evicted"] == evicted["stale"] == 12
+        assert (await client.ok("memory::stats", {}))["memories"] == 12
+        refused = await client.call("memory::audit", {})
+        assert refused.code == "503" and "agentId" in refused.body["error"]["message"]
+        await nc.close()

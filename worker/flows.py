@@ -46,7 +46,7 @@ from worker.maintenance import run_figures
 from worker.recall_index.index import Snapshot
 from worker.services import Services
 from worker.storing import STORE, prepare_store
-from worker.writes import commit
+from worker.writes import Write, commit
 
 
 async def store(s: Services, req: StoreRequest) -> StoreReply:
@@ -92,6 +92,24 @@ def _recall(
     return msgspec.structs.replace(reply, pinned=pinned), now
 
 
+class Accessed(msgspec.Struct, frozen=True):
+    """The memories a recall returned, counted as accessed at its time."""
+
+    tenant: str
+    agent_id: str
+    ids: list[str]
+    at: int
+
+
+ACCESS: Write[Accessed, None] = Write(
+    decision=Accessed,
+    decide=lambda conn, accessed, now, _: accessed,
+    apply=lambda conn, a: recall_handler.record_access(conn, a.tenant, a.agent_id, a.ids, now=a.at),
+    reply=lambda accessed, _: None,
+    changes=lambda accessed, _: (),
+)
+
+
 async def recall(s: Services, req: RecallRequest) -> RecallReply:
     """Replies without waiting for the writer: the access counts are persisted by a
     non-durable write that follows (at most one batch behind)."""
@@ -107,12 +125,8 @@ async def recall(s: Services, req: RecallRequest) -> RecallReply:
     )
     if reply.memories:
         ids = [memory.id for memory in reply.memories]
-        persist = asyncio.create_task(
-            s.writer.run(
-                lambda conn: recall_handler.record_access(conn, tenant, req.agent_id, ids, now=now),
-                durable=False,
-            )
-        )
+        accessed = Accessed(tenant, req.agent_id, ids, now)
+        persist = asyncio.create_task(commit(s, "memory::recall", ACCESS, accessed, durable=False))
         s.background.add(persist)
         persist.add_done_callback(s.background.discard)
     return reply

@@ -16,15 +16,15 @@ reply's counts and keeps the job's last run in the telemetry, for memory::stats.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from typing import Any, TypeVar
 
 import msgspec
 import structlog
 
 from handlers.audit import purge as purge_audit
-from handlers.consolidate import decay_range, decayed_changes, plan_decay
+from handlers.consolidate import DecayPlan, decay_range, decayed_changes, plan_decay
 from handlers.evict import (
+    Doomed,
     Reason,
     count_reasons,
     delete_doomed,
@@ -33,11 +33,12 @@ from handlers.evict import (
     plan_eviction,
     scope_of,
 )
+from schema.base import Agent
 from schema.memory import DAY_MS, ConsolidateReply, ConsolidateRequest, EvictReply, EvictRequest
 from schema.stats import RunFigures
-from worker.audit import audited
 from worker.services import Context, Services
 from worker.telemetry import JobRecord, MaintenanceRun
+from worker.writes import Write, commit
 
 log = structlog.get_logger()
 
@@ -57,13 +58,12 @@ async def evict(s: Services, req: EvictRequest) -> EvictReply:
         return evict_reply(plan.counts(), dry_run=True)
     totals: dict[Reason, int] = {"purged": 0, "stale": 0, "low_confidence": 0, "over_cap": 0}
     for part in chunks(plan.doomed):
-        deleted = await s.writer.run(
-            audited(partial(delete_doomed, doomed=part), evicted_changes, s.clock)
-        )
+        deleted = await commit(s, "memory::evict", EVICT_CHUNK, Chunk(list(part)))
         for reason, count in count_reasons(deleted).items():
             totals[reason] += count
-    before = now - s.config.audit_retention * DAY_MS
-    await s.writer.run(lambda conn: purge_audit(conn, before, *scope_of(req)))
+    scope, params = scope_of(req)
+    retention = AuditRetention(now - s.config.audit_retention * DAY_MS, scope, list(params))
+    await commit(s, AUDIT_RETENTION, PURGE_AUDIT, retention)
     return evict_reply(totals, dry_run=False)
 
 
@@ -72,11 +72,55 @@ async def consolidate(s: Services, req: ConsolidateRequest) -> ConsolidateReply:
     plan = await s.readers.run(lambda conn: plan_decay(conn, req, now=now, chunk=CHUNK))
     decayed = 0
     for lo, hi in plan.ranges:
-        per_agent = await s.writer.run(
-            audited(partial(decay_range, plan=plan, lo=lo, hi=hi), decayed_changes, s.clock)
-        )
+        per_agent = await commit(s, "memory::consolidate", DECAY, Decay(plan, lo, hi))
         decayed += sum(per_agent.values())
     return ConsolidateReply(memories_decayed=decayed, memories_merged=0, duration_ms=0.0)
+
+
+class Chunk(msgspec.Struct, frozen=True):
+    """Memories an eviction decided to remove, applied in one transaction (the chunk's
+    decision: a shard logs it and replays it with the same apply)."""
+
+    doomed: list[Doomed]
+
+
+class AuditRetention(msgspec.Struct, frozen=True):
+    before: int
+    scope: str
+    params: list[str]
+
+
+class Decay(msgspec.Struct, frozen=True):
+    plan: DecayPlan
+    lo: int
+    hi: int
+
+
+EVICT_CHUNK: Write[Chunk, list[Doomed]] = Write(
+    decision=Chunk,
+    decide=lambda conn, chunk, now, _: chunk,
+    apply=lambda conn, chunk: delete_doomed(conn, chunk.doomed),
+    reply=lambda chunk, deleted: deleted,
+    changes=lambda chunk, deleted: evicted_changes(deleted),
+)
+# Not a trigger of its own: the audit's retention, applied by every eviction.
+AUDIT_RETENTION = "memory::evict:audit-retention"
+PURGE_AUDIT: Write[AuditRetention, int] = Write(
+    decision=AuditRetention,
+    decide=lambda conn, retention, now, _: retention,
+    apply=lambda conn, r: purge_audit(conn, r.before, r.scope, tuple(r.params)),
+    reply=lambda retention, purged: purged,
+    changes=lambda retention, purged: (),
+)
+DECAY: Write[Decay, dict[Agent, int]] = Write(
+    decision=Decay,
+    decide=lambda conn, decay, now, _: decay,
+    apply=lambda conn, d: decay_range(conn, d.plan, d.lo, d.hi),
+    reply=lambda decay, per_agent: per_agent,
+    changes=lambda decay, per_agent: decayed_changes(per_agent),
+)
+# The writes maintenance commits beyond its triggers' own: what a shard must be able to replay.
+EXTRA_WRITES: dict[str, Write[Any, Any]] = {AUDIT_RETENTION: PURGE_AUDIT}
 
 
 def counts(reply: msgspec.Struct) -> dict[str, int]:

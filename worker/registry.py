@@ -162,7 +162,14 @@ ROUTES: tuple[Route, ...] = (
         ingest=True,
         write=STORE,
     ),
-    Route("memory::recall", RecallRequest, flows.recall, on=FLOW, reply_type=RecallReply),
+    Route(
+        "memory::recall",
+        RecallRequest,
+        flows.recall,
+        on=FLOW,
+        reply_type=RecallReply,
+        write=flows.ACCESS,  # the access counts of what it returned
+    ),
     Route("memory::context", ContextRequest, flows.context, on=FLOW, reply_type=ContextReply),
     Route(
         "memory::evict",
@@ -173,6 +180,7 @@ ROUTES: tuple[Route, ...] = (
         timed=True,
         report=maintenance.report,
         all_tenants=True,
+        write=maintenance.EVICT_CHUNK,
     ),
     Route(
         "memory::consolidate",
@@ -183,6 +191,7 @@ ROUTES: tuple[Route, ...] = (
         timed=True,
         report=maintenance.report,
         all_tenants=True,
+        write=maintenance.DECAY,
     ),
     Route(
         "memory::kg::add",
@@ -301,3 +310,9 @@ ROUTES: tuple[Route, ...] = (
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}
 INGESTED = {route.ingest_verb: route.trigger for route in ROUTES if route.ingest}
+
+
+def all_writes() -> dict[str, Write[Any, Any]]:
+    """Every decide and apply pair a shard may find in its log, by the trigger it logs."""
+    routed = {route.trigger: route.writes for route in ROUTES if route.writes is not None}
+    return routed | maintenance.EXTRA_WRITES

@@ -92,16 +92,19 @@ async def commit(
     request: Any,
     *,
     prepared: Any = _UNPREPARED,
+    durable: bool = True,
 ) -> Any:
     """Prepare outside the writer (unless the caller did), then decide and apply in one writer
-    transaction; the reply."""
+    transaction; the reply. `durable=False`: bookkeeping that may be lost on power loss in
+    single mode (worker/writer.py); a shard logs it all the same."""
     if prepared is _UNPREPARED:
         prepared = None if write.prepare is None else await write.prepare(services, request)
     call = CALL.get()  # taken here: the writer thread does not share this task's context
     logged: Logged = await services.writer.run(
         lambda conn: decide_and_apply(
             conn, trigger, write, request, now=services.clock(), prepared=prepared, call=call
-        )
+        ),
+        durable=durable,
     )
     return logged.reply
 

@@ -27,7 +27,7 @@ from worker.config import Config
 from worker.dispatch import Dispatcher
 from worker.readers import Readers
 from worker.recall_index.index import MemoryIndex
-from worker.registry import ROUTES
+from worker.registry import ROUTES, all_writes
 from worker.services import Services, wall_clock_ms
 from worker.shards.lease import Leases, open_bucket, preference
 from worker.shards.log import PartitionLog, ShardSetupError
@@ -89,7 +89,7 @@ class ShardApp:
         self._service: MemoryService | None = None
         self._balancer: asyncio.Task[None] | None = None
         self._embedder: Any = None
-        self._replayer = Replayer({r.trigger: r.writes for r in ROUTES if r.writes is not None})
+        self._replayer = Replayer(all_writes())
         self._serving: set[asyncio.Task[None]] = set()
 
     def owned(self, partition: int) -> PartitionNode | None:

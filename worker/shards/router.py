@@ -32,6 +32,9 @@ from worker.shards.node import NotOwner, PartitionNode
 from worker.shards.partition import agent_token, partition_of_token
 
 log = structlog.get_logger()
+# What runs on every partition when no agent is named (SCALE.md "Across agents").
+FANNED_OUT = frozenset({"memory::evict", "memory::consolidate", "memory::stats"})
+ALL_AGENTS = "_"  # the token of a fanned-out request's subject
 SOURCE = "Memory-Source"
 REQUESTER = "Memory-Requester"
 BY_VERB = {route.ingest_verb: route for route in ROUTES}
@@ -63,13 +66,32 @@ class Router:
 
     async def __call__(self, route: Route, request: Any) -> Any:
         agent_id = getattr(request, "agent_id", None)
-        if not isinstance(agent_id, str):
+        if isinstance(agent_id, str):
+            token = agent_token(tenant_of(request), agent_id)
+            return await self._at(partition_of_token(token, self.partitions), token, route, request)
+        if route.trigger not in FANNED_OUT:
             raise Unavailable(
                 f"{route.trigger} without agentId (every agent at once) is not served in "
                 "sharded mode yet; name the agent"
             )
-        token = agent_token(tenant_of(request), agent_id)
-        partition = partition_of_token(token, self.partitions)
+        return await self._fan_out(route, request)
+
+    async def _fan_out(self, route: Route, request: Any) -> Any:
+        """Every partition's owner runs it over its own agents; the replies add up. A
+        partition without an owner is named in the refusal, never silently left out."""
+        replies = await asyncio.gather(
+            *(self._at(k, ALL_AGENTS, route, request) for k in range(self.partitions)),
+            return_exceptions=True,
+        )
+        missing = [k for k, reply in enumerate(replies) if isinstance(reply, BaseException)]
+        if missing:
+            raise Unavailable(
+                f"{route.trigger}: partitions {missing} did not answer (no owner yet?); "
+                "the others did, retry for all"
+            )
+        return added_up(replies)
+
+    async def _at(self, partition: int, token: str, route: Route, request: Any) -> Any:
         node = self.owned(partition)
         if node is not None and node.services is not None:
             try:
@@ -104,6 +126,26 @@ class Router:
                 await asyncio.sleep(RETRY_S)  # it stepped down meanwhile: ask the next owner
                 continue
             raise error
+
+
+def added_up(replies: list[Any]) -> Any:
+    """One reply from a partition each: counts summed (a null count stays null only if every
+    partition's is), durations the longest, everything else the first partition's (request
+    figures and the schedule are the answering shard's)."""
+    first = replies[0]
+    values: dict[str, Any] = {}
+    for name in first.__struct_fields__:
+        found = [getattr(reply, name) for reply in replies]
+        if any(isinstance(value, bool) for value in found):
+            continue
+        numbers = [value for value in found if isinstance(value, int | float)]
+        if not numbers or len(numbers) + found.count(None) != len(found):
+            continue
+        if all(isinstance(value, int) for value in numbers):
+            values[name] = sum(numbers)
+        else:
+            values[name] = max(numbers)
+    return msgspec.structs.replace(first, **values)
 
 
 async def serve_partition(
