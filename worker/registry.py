@@ -21,10 +21,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal
 
-from handlers import audit, kg, kg_delete, life, listing, session
+from handlers import audit, kg, kg_delete, kv, life, listing, session, tasks, usage
 from handlers.audit import Change
 from schema.base import TriggerRequest
 from schema.kg import KgAddRequest, KgQueryRequest
+from schema.kv import KvDeleteRequest, KvGetRequest, KvListRequest, KvSetRequest
 from schema.life import (
     AuditRequest,
     DeleteRequest,
@@ -41,6 +42,8 @@ from schema.memory import ConsolidateRequest, EvictRequest, RecallRequest, Store
 from schema.session import CompactRequest, RepairRequest, SessionListRequest
 from schema.stats import StatsRequest
 from schema.switch import ToggleRequest
+from schema.tasks import TaskClaimRequest, TaskCompleteRequest, TaskListRequest, TaskPostRequest
+from schema.usage import UsageQueryRequest, UsageRecordRequest
 from worker import flows, maintenance
 from worker import life as worker_life
 from worker.services import Services
@@ -154,6 +157,53 @@ ROUTES: tuple[Route, ...] = (
         ingest=True,
     ),
     Route("memory::toggle", ToggleRequest, worker_life.toggle, on=FLOW, ingest=True),
+    # Section 14: state beside memories. Claims are not ingestible: their reply is the point.
+    Route(
+        "memory::kv::set", KvSetRequest, kv.kv_set, on=WRITER, audit=kv.kv_set_changes, ingest=True
+    ),
+    Route("memory::kv::get", KvGetRequest, kv.kv_get, on=READER),
+    Route(
+        "memory::kv::delete",
+        KvDeleteRequest,
+        kv.kv_delete,
+        on=WRITER,
+        audit=kv.kv_delete_changes,
+        ingest=True,
+    ),
+    Route("memory::kv::list", KvListRequest, kv.kv_list, on=READER),
+    Route(
+        "memory::task::post",
+        TaskPostRequest,
+        tasks.task_post,
+        on=WRITER,
+        audit=tasks.task_post_changes,
+        ingest=True,
+    ),
+    Route(
+        "memory::task::claim",
+        TaskClaimRequest,
+        tasks.task_claim,
+        on=WRITER,
+        audit=tasks.task_claim_changes,
+    ),
+    Route(
+        "memory::task::complete",
+        TaskCompleteRequest,
+        tasks.task_complete,
+        on=WRITER,
+        audit=tasks.task_complete_changes,
+        ingest=True,
+    ),
+    Route("memory::task::list", TaskListRequest, tasks.task_list, on=READER),
+    Route(
+        "memory::usage::record",
+        UsageRecordRequest,
+        usage.usage_record,
+        on=WRITER,
+        audit=usage.usage_record_changes,
+        ingest=True,
+    ),
+    Route("memory::usage::query", UsageQueryRequest, usage.usage_query, on=READER),
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}
 INGESTED = {route.ingest_verb: route.trigger for route in ROUTES if route.ingest}
