@@ -194,17 +194,6 @@ def apply_complete(conn: apsw.Connection, event: Completion) -> TaskCompleteRepl
     return TaskCompleteReply(task=task_of(row, event.at))
 
 
-def task_complete(
-    conn: apsw.Connection, req: TaskCompleteRequest, *, now: int
-) -> TaskCompleteReply:
-    return apply_complete(conn, decide_complete(conn, req, now=now))
-
-
-def task_complete_changes(req: TaskCompleteRequest, reply: TaskCompleteReply) -> list[Change]:
-    # A repeated completion is answered with the task as it was completed; audited once.
-    return [Change(agent_of(req), [reply.task.task_id])]
-
-
 def task_list(conn: apsw.Connection, req: TaskListRequest, *, now: int) -> TaskListReply:
     """Oldest first, as the board reads at `now` (an expired claim lists as pending)."""
     tenant = tenant_of(req)

@@ -44,7 +44,7 @@ from schema.stats import StatsRequest
 from schema.switch import ToggleRequest
 from schema.tasks import TaskClaimRequest, TaskCompleteRequest, TaskListRequest, TaskPostRequest
 from schema.usage import UsageQueryRequest, UsageRecordRequest
-from worker import flows, maintenance
+from worker import flows, maintenance, state
 from worker import life as worker_life
 from worker.services import Services
 
@@ -186,14 +186,7 @@ ROUTES: tuple[Route, ...] = (
         on=WRITER,
         audit=tasks.task_claim_changes,
     ),
-    Route(
-        "memory::task::complete",
-        TaskCompleteRequest,
-        tasks.task_complete,
-        on=WRITER,
-        audit=tasks.task_complete_changes,
-        ingest=True,
-    ),
+    Route("memory::task::complete", TaskCompleteRequest, state.task_complete, on=FLOW, ingest=True),
     Route("memory::task::list", TaskListRequest, tasks.task_list, on=READER),
     Route(
         "memory::usage::record",
