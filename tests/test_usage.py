@@ -61,11 +61,11 @@ async def test_any_range_agrees_with_summing_the_records_one_by_one(client: Clie
          T0 + rng.randrange(6 * DAY))
         for _ in range(300)
     ]  # fmt: skip
-    for agent, model, p, c, ts in rows:
-        await record(client, agent, model, p, c, timestamp=ts)
+    for who, model, p, c, ts in rows:
+        await record(client, who, model, p, c, timestamp=ts)
     for _ in range(12):
         since, until = sorted(T0 - DAY + rng.randrange(8 * DAY) for _ in range(2))
-        agent = rng.choice([None, "a"])
+        agent: str | None = rng.choice([None, "a"])
         expected: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
         for a, model, p, c, ts in rows:
             if since <= ts < until and agent in (None, a):
