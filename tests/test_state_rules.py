@@ -12,8 +12,8 @@ import nats
 
 from tests.conftest import worker_config
 from tests.support import Client
+from tests.test_cli import free_port
 from tests.test_life import sql
-from tests.test_stats import free_port
 from tests.test_tenancy import ask, info, tenanted  # noqa: F401 (a fixture)
 from worker.app import App
 
