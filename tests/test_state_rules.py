@@ -4,10 +4,12 @@ metrics."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from pathlib import Path
 from typing import Any
 
+import apsw
 import nats
 
 from tests.conftest import worker_config
@@ -16,6 +18,8 @@ from tests.test_cli import free_port
 from tests.test_life import sql
 from tests.test_tenancy import ask, info, tenanted  # noqa: F401 (a fixture)
 from worker.app import App
+from worker.transfer.exporting import export_jsonl
+from worker.transfer.importing import import_jsonl
 
 ALICE, BOB = info("TEAM_A", "alice"), info("TEAM_B", "bob")
 
@@ -134,3 +138,56 @@ async def test_stats_and_metrics_count_keys_tasks_by_status_and_usage(
                  "usage_records 4"):  # fmt: skip
         assert f"memory_worker_{line}\n" in response, line
     assert json.dumps(stats)  # the reply is plain JSON
+
+
+async def test_export_and_import_carry_keys_tasks_and_usage_once(
+    client: Client, worker: App, tmp_path: Path
+) -> None:
+    await client.ok("memory::kv::set", {"agentId": "a", "key": "k", "value": {"x": [1]}})
+    await client.ok("memory::kv::set", {"agentId": "a", "key": "k", "value": {"x": [2]}})
+    await client.ok("memory::kv::set", {"namespace": "shared", "key": "team", "value": "blue"})
+    posted = (await client.ok("memory::task::post", {"title": "t", "createdBy": "a"}))["taskId"]
+    await client.ok("memory::task::claim", {"agentId": "b"})
+    await client.ok("memory::task::complete", {"agentId": "b", "taskId": posted, "result": [1]})
+    for day in range(3):
+        await client.ok(
+            "memory::usage::record",
+            {
+                "agentId": "a",
+                "model": "m",
+                "promptTokens": 10,
+                "completionTokens": 1,
+                "costUsd": 0.5,
+                "timestamp": day * 86_400_000,
+            },
+        )
+    out = io.BytesIO()
+    conn = apsw.Connection(worker.config.db_path)
+    export_jsonl(conn, out, agent_id=None, now=1)
+    only_a = io.BytesIO()
+    export_jsonl(conn, only_a, agent_id="a", now=1)
+    conn.close()
+    assert b'"kind":"kv"' in only_a.getvalue() and b"team" not in only_a.getvalue()
+    copy = App(worker_config(worker.config.nats_url, tmp_path / "copy.db", subject_prefix="copy."))
+    await copy.start()
+    try:
+        conn = apsw.Connection(copy.config.db_path)
+        first = import_jsonl(conn, out.getvalue().splitlines(keepends=True))
+        again = import_jsonl(conn, out.getvalue().splitlines(keepends=True))
+        conn.close()
+        assert (first.kv_written, first.tasks_added, first.usage_added) == (2, 1, 3)
+        assert (again.kv_written, again.tasks_added, again.usage_added) == (0, 0, 0)
+        copied = Client(client.nc, prefix="copy.")
+        got = await copied.ok("memory::kv::get", {"agentId": "a", "key": "k"})
+        assert (got["value"], got["version"]) == ({"x": [2]}, 2)
+        shared = await copied.ok("memory::kv::get", {"namespace": "shared", "key": "team"})
+        assert shared["value"] == "blue"
+        tasks = (await copied.ok("memory::task::list", {}))["tasks"]
+        original = (await client.ok("memory::task::list", {}))["tasks"]
+        assert tasks == original and tasks[0]["result"] == [1]
+        usage = await copied.ok("memory::usage::query", {"groupBy": "day"})
+        assert usage == await client.ok("memory::usage::query", {"groupBy": "day"})
+        assert usage["total"] == {"promptTokens": 30, "completionTokens": 3, "costUsd": 1.5,
+                                  "events": 3}  # fmt: skip
+    finally:
+        await copy.stop()
