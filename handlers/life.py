@@ -18,6 +18,7 @@ import msgspec
 from handlers.audit import Change
 from handlers.kg import INVERSE
 from handlers.session_refs import remove_memories
+from handlers.state import erase_state
 from handlers.taxonomy import string_list
 from schema.base import Agent, agent_of
 from schema.errors import InvalidRequest
@@ -158,9 +159,9 @@ def plan_erase(req: EraseRequest) -> Erasure:
 
 
 def apply_erase(conn: apsw.Connection, plan: Erasure) -> EraseReply:
-    """Everything of the agent, its audit rows and its memory switch included (an erased agent
-    is one that never was; the erasure's own row is recorded after it, in the same
-    transaction)."""
+    """Everything of the agent, its audit rows, its memory switch and its state beside memories
+    included (an erased agent is one that never was; the erasure's own row is recorded after it,
+    in the same transaction)."""
 
     def gone(table: str, returning: str = "1") -> list[Any]:
         return conn.execute(
@@ -175,7 +176,7 @@ def apply_erase(conn: apsw.Connection, plan: Erasure) -> EraseReply:
         sessions=len(gone("sessions")),
         entities=len(gone("kg_entities")),
         relations=sum(1 for kind in relations if not kind.startswith(INVERSE)),
-        kv_keys=0,
+        kv_keys=erase_state(conn, plan.agent),
     )
     gone("audit")
     gone("agent_switch")
@@ -189,5 +190,9 @@ def erase_agent(conn: apsw.Connection, req: EraseRequest, *, now: int) -> EraseR
 
 def erase_changes(req: EraseRequest, reply: EraseReply) -> list[Change]:
     """The one audit row an erasure leaves: how much went."""
-    total = reply.memories + reply.sessions + reply.entities + reply.relations
-    return [Change(agent_of(req), count=reply.memories)] if total else []
+    total = reply.memories + reply.sessions + reply.entities + reply.relations + reply.kv_keys
+    # Its count is the memories erased, or when there were none, everything else that went;
+    # `detail` says how many keys went with them.
+    detail = {"kvKeys": reply.kv_keys} if reply.kv_keys else None
+    count = reply.memories or total
+    return [Change(agent_of(req), count=count, detail=detail)] if total else []

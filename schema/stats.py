@@ -64,6 +64,12 @@ class StatsReply(Reply, frozen=True, omit_defaults=True):
     entities: int | None
     relations: int | None
     sessions: int | None
+    # Section 14: keys (`shared` included), tasks by status as the board reads now, usage records.
+    kv_keys: int | None
+    tasks_pending: int | None
+    tasks_claimed: int | None
+    tasks_completed: int | None
+    usage_records: int | None
     database_bytes: int
     in_flight: int
     index_agents: int

@@ -77,6 +77,7 @@ from worker.client_errors import (
     Unreachable,
     refusal,
 )
+from worker.client_state import STATE_METHODS, StateMethods
 from worker.config import Config, load_config, nats_url_problem
 from worker.redact import redact
 from worker.registry import BY_TRIGGER
@@ -110,7 +111,7 @@ METHODS = {
     "memory::erase": "erase",
     "memory::toggle": "toggle",
     "memory::context": "context",
-}
+} | STATE_METHODS
 
 
 class ServicePing(msgspec.Struct, frozen=True):
@@ -129,7 +130,7 @@ def default_url(config: Config) -> str:
     return config.nats_url or f"nats://127.0.0.1:{config.embedded_port}"
 
 
-class MemoryClient:
+class MemoryClient(StateMethods):
     """One NATS connection to the worker's service. Make it with `await MemoryClient.connect()`
     and close it with `close()` or `async with`."""
 

@@ -21,6 +21,7 @@ from handlers import recall as recall_handler
 from handlers import session
 from handlers.audit import Change
 from handlers.session_repair import repair
+from handlers.state import STATE_COUNTED, state_counts
 from handlers.stats import COUNTED, database_counts
 from handlers.switch import switched_off
 from schema.base import agent_of, tenant_of
@@ -147,12 +148,14 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
     tenant = req.tenant if isinstance(req.tenant, str) else None
     try:
         counts = dict(await s.readers.run(lambda conn: database_counts(conn, tenant)))
+        now = s.clock()
+        counts |= await s.readers.run(lambda conn: state_counts(conn, tenant, now))
         if req.agent_id is not UNSET:
             agent = agent_of(req)
             enabled = not await s.readers.run(lambda conn: switched_off(conn, agent))
     except DAMAGED as error:
         t.health.corrupt(f"memory::stats: {type(error).__name__}: {error}")
-        counts = dict.fromkeys(COUNTED)
+        counts = dict.fromkeys(COUNTED + STATE_COUNTED)
     path = Path(s.config.db_path)
     on_disk = sum(
         candidate.stat().st_size
@@ -183,6 +186,11 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
         entities=counts["entities"],
         relations=counts["relations"],
         sessions=counts["sessions"],
+        kv_keys=counts["kv_keys"],
+        tasks_pending=counts["tasks_pending"],
+        tasks_claimed=counts["tasks_claimed"],
+        tasks_completed=counts["tasks_completed"],
+        usage_records=counts["usage_records"],
         database_bytes=on_disk,
         in_flight=t.in_flight,
         index_agents=s.index.loaded_agents(),

@@ -12,8 +12,10 @@ import contextlib
 
 import structlog
 
+from handlers.state import state_counts
 from handlers.stats import database_counts, memories_by_tenant
 from worker.readers import Readers
+from worker.services import wall_clock_ms
 from worker.telemetry import LATENCY_BUCKETS, Telemetry
 
 log = structlog.get_logger()
@@ -61,6 +63,8 @@ async def render_metrics(telemetry: Telemetry, readers: Readers) -> str:
                     labels = f'tenant="{_label(tenant)}",trigger="{trigger}",code="{code}"'
                     lines.append(f"{PREFIX}_tenant_errors_total{{{labels}}} {count}")
     counts = await readers.run(database_counts)
+    now = wall_clock_ms()
+    counts |= await readers.run(lambda conn: state_counts(conn, None, now))
     for key, text in (
         ("memories", "Memories stored."),
         ("memories_pinned", "Memories pinned: never evicted, never decayed."),
@@ -70,6 +74,11 @@ async def render_metrics(telemetry: Telemetry, readers: Readers) -> str:
         ("agents_disabled", "Agents whose memory is switched off (memory::toggle)."),
         ("entities", "Knowledge-graph entities."),
         ("sessions", "Sessions."),
+        ("kv_keys", "Keys in the key-value store, the shared namespace included."),
+        ("tasks_pending", "Tasks pending on the board (an expired claim counts as pending)."),
+        ("tasks_claimed", "Tasks claimed and not completed."),
+        ("tasks_completed", "Tasks completed."),
+        ("usage_records", "Usage records."),
         ("database_bytes", "Size of the database pages in bytes."),
     ):
         family(key, "gauge", text)

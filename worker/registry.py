@@ -22,11 +22,21 @@ from dataclasses import KW_ONLY, dataclass
 from functools import cached_property
 from typing import Any, Literal
 
-from handlers import audit, kg, kg_delete, life, listing, session
+from handlers import audit, kg, kg_delete, kv, life, listing, session, tasks, usage
 from handlers.audit import Change
 from schema.base import Reply, TriggerRequest
 from schema.context import ContextReply, ContextRequest
 from schema.kg import KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest
+from schema.kv import (
+    KvDeleteReply,
+    KvDeleteRequest,
+    KvGetRequest,
+    KvItem,
+    KvListReply,
+    KvListRequest,
+    KvSetReply,
+    KvSetRequest,
+)
 from schema.life import (
     AuditReply,
     AuditRequest,
@@ -69,7 +79,18 @@ from schema.session import (
 )
 from schema.stats import StatsReply, StatsRequest
 from schema.switch import ToggleReply, ToggleRequest
-from worker import flows, maintenance
+from schema.tasks import (
+    TaskClaimReply,
+    TaskClaimRequest,
+    TaskCompleteReply,
+    TaskCompleteRequest,
+    TaskListReply,
+    TaskListRequest,
+    TaskPostReply,
+    TaskPostRequest,
+)
+from schema.usage import UsageQueryReply, UsageQueryRequest, UsageRecordReply, UsageRecordRequest
+from worker import flows, maintenance, state
 from worker import life as worker_life
 from worker.services import Context
 from worker.storing import STORE, UPDATE
@@ -306,6 +327,73 @@ ROUTES: tuple[Route, ...] = (
         reply_type=ToggleReply,
         ingest=True,
         write=worker_life.TOGGLE,
+    ),
+    # Section 14: state beside memories. Claims are not ingestible: their reply is the point.
+    Route(
+        "memory::kv::set",
+        KvSetRequest,
+        kv.kv_set,
+        on=WRITER,
+        reply_type=KvSetReply,
+        audit=kv.kv_set_changes,
+        ingest=True,
+    ),
+    Route("memory::kv::get", KvGetRequest, kv.kv_get, on=READER, reply_type=KvItem),
+    Route(
+        "memory::kv::delete",
+        KvDeleteRequest,
+        kv.kv_delete,
+        on=WRITER,
+        reply_type=KvDeleteReply,
+        audit=kv.kv_delete_changes,
+        ingest=True,
+    ),
+    Route("memory::kv::list", KvListRequest, kv.kv_list, on=READER, reply_type=KvListReply),
+    Route(
+        "memory::task::post",
+        TaskPostRequest,
+        tasks.task_post,
+        on=WRITER,
+        reply_type=TaskPostReply,
+        audit=tasks.task_post_changes,
+        ingest=True,
+        write=state.POST,
+    ),
+    Route(
+        "memory::task::claim",
+        TaskClaimRequest,
+        tasks.task_claim,
+        on=WRITER,
+        reply_type=TaskClaimReply,
+        audit=tasks.task_claim_changes,
+    ),
+    Route(
+        "memory::task::complete",
+        TaskCompleteRequest,
+        state.task_complete,
+        on=FLOW,
+        reply_type=TaskCompleteReply,
+        ingest=True,
+        write=state.COMPLETE,
+    ),
+    Route(
+        "memory::task::list", TaskListRequest, tasks.task_list, on=READER, reply_type=TaskListReply
+    ),
+    Route(
+        "memory::usage::record",
+        UsageRecordRequest,
+        usage.usage_record,
+        on=WRITER,
+        reply_type=UsageRecordReply,
+        audit=usage.usage_record_changes,
+        ingest=True,
+    ),
+    Route(
+        "memory::usage::query",
+        UsageQueryRequest,
+        usage.usage_query,
+        on=READER,
+        reply_type=UsageQueryReply,
     ),
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}

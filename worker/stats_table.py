@@ -42,6 +42,11 @@ def render(stats: dict[str, Any]) -> str:
         ("relations", "relations"),
         ("sessions", "sessions"),
         ("audit events", "auditEvents"),
+        ("kv keys", "kvKeys"),
+        ("tasks pending", "tasksPending"),
+        ("tasks claimed", "tasksClaimed"),
+        ("tasks completed", "tasksCompleted"),
+        ("usage records", "usageRecords"),
         ("requests in flight", "inFlight"),
         ("agents in the recall index", "indexAgents"),
     ):

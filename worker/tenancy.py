@@ -117,9 +117,11 @@ def scoped(
         return request
     if request.tenant is not UNSET:
         raise Forbidden("tenant: only the worker's own account may name a tenant - at `$.tenant`")
-    agent_id: Any = getattr(request, "agent_id", None)
-    if isinstance(agent_id, str) and not grants.allows(caller, agent_id):
-        raise Forbidden(f"agentId: {agent_id!r} is not granted to this user - at `$.agentId`")
+    # The agent a request acts as: `agentId`, or the poster of a task (`createdBy`).
+    for field, name in (("agent_id", "agentId"), ("created_by", "createdBy")):
+        agent_id: Any = getattr(request, field, None)
+        if isinstance(agent_id, str) and not grants.allows(caller, agent_id):
+            raise Forbidden(f"{name}: {agent_id!r} is not granted to this user - at `$.{name}`")
     return msgspec.structs.replace(request, tenant=caller.tenant)
 
 

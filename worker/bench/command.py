@@ -30,6 +30,7 @@ from worker.bench.locomo import measure_locomo
 from worker.bench.mcp_trip import mcp_rows, measure_mcp_round_trip
 from worker.bench.overhead import client_rows, measure_client_overhead
 from worker.bench.sanitize import run_sanitize
+from worker.bench.state import measure_state, state_rows
 from worker.embedded import EmbeddedServer
 from worker.tenancy import REQUEST_INFO, caller_of
 
@@ -77,6 +78,24 @@ async def wait_for_responder(nc: Any, subject: str, timeout: float = 60.0) -> No
             await asyncio.sleep(0.2)
 
 
+async def wait_for_workers(url: str, count: int, timeout: float = 60.0) -> None:
+    """Until `count` workers answer `$SRV.PING.memory` (each instance answers it)."""
+    nc = await nats.connect(url)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            inbox = nc.new_inbox()
+            replies = await nc.subscribe(inbox)
+            await nc.publish("$SRV.PING.memory", b"", reply=inbox)
+            await asyncio.sleep(0.5)
+            await replies.unsubscribe()
+            if replies.pending_msgs >= count:
+                return
+        raise RuntimeError(f"{count} workers did not answer in time")
+    finally:
+        await nc.close()
+
+
 async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) -> dict[str, Any]:
     nc = await nats.connect(url)
     # Under tenancy the bench's requests carry the header a tenant's imported request has (the
@@ -85,6 +104,8 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
     client = BenchClient(nc, args.subject_prefix, headers=headers)
     await wait_for_responder(nc, "$SRV.PING.memory")
     await wait_for_responder(nc, "bench.echo")
+    if args.state:
+        return await _measure_state_only(args, client, nc)
     results: dict[str, Any] = {
         "memories": args.memories,
         "concurrency": args.concurrency,
@@ -155,6 +176,15 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
     return results
 
 
+async def _measure_state_only(
+    args: argparse.Namespace, client: BenchClient, nc: Any
+) -> dict[str, Any]:
+    """`--state`: section 14's figures alone, against the bench's workers on one file."""
+    state = await measure_state(client, Path(args.db_path), args.usage_records)
+    await nc.close()
+    return {"state": state, "workers": args.workers, "tenancy": args.tenancy}
+
+
 async def _mixed(
     client: BenchClient, corpus: Corpus, queries: list[Any], concurrency: int
 ) -> dict[str, float]:
@@ -190,7 +220,9 @@ def _spawn(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 
 async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
-    args.embedder = args.embedder or os.environ.get("MEMORY_WORKER_EMBEDDER", "builtin")
+    # The state triggers embed nothing: --state spares its workers the model.
+    default = "none" if args.state else "builtin"
+    args.embedder = args.embedder or os.environ.get("MEMORY_WORKER_EMBEDDER", default)
     with tempfile.TemporaryDirectory(prefix="memory-bench-") as scratch:
         server = None
         url = args.nats_url
@@ -212,12 +244,25 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             env["MEMORY_WORKER_KEYWORD"] = args.keyword
         echo = _spawn([sys.executable, "-m", "worker.bench.echo", url], env)
         worker = None if args.nats_url else _spawn([sys.executable, "-m", "worker", "run"], env)
+        args.db_path = env["MEMORY_WORKER_DB_PATH"]
+        extra: list[subprocess.Popen[bytes]] = []
         try:
+            if args.state:
+                if args.nats_url:
+                    raise SystemExit("bench --state runs its own workers: leave out --nats-url")
+                # More workers on the same file, once the first has migrated it: claims must
+                # stay single across them.
+                await wait_for_workers(url, 1)
+                extra = [
+                    _spawn([sys.executable, "-m", "worker", "run"], env)
+                    for _ in range(args.workers - 1)
+                ]
+                await wait_for_workers(url, args.workers)
             results = await measure(args, url, None if worker is None else worker.pid)
             results["embedder"] = args.embedder
             return results
         finally:
-            for process in (worker, echo):
+            for process in (worker, *extra, echo):
                 if process is not None:
                     process.send_signal(signal.SIGTERM)
                     process.wait(timeout=20)
@@ -226,6 +271,8 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def table(results: dict[str, Any]) -> str:
+    if "state" in results:
+        return _rows(state_rows(results))
     rows = [
         ("embedder", results["embedder"]),
         ("memories in one agent", results["memories"]),
@@ -282,6 +329,10 @@ def table(results: dict[str, Any]) -> str:
                 f"c{c} {v:.3f}" for c, v in quality[f"recall@{k}_by_category"].items()
             )
             rows.append((f"LoCoMo recall@{k}", f"{quality[f'recall@{k}']:.3f} ({by_category})"))
+    return _rows(rows)
+
+
+def _rows(rows: list[tuple[str, Any]]) -> str:
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
 
@@ -319,6 +370,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="memory_search calls timed over stdio through `memory-worker mcp` (0: skip)",
+    )
+    parser.add_argument(
+        "--state",
+        action="store_true",
+        help="only section 14: kv set/get p50, claims/s with 32 claimers, usage query p50",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="with --state: workers on one file")
+    parser.add_argument(
+        "--usage-records", type=int, default=1_000_000, help="with --state: usage rows queried"
     )
     parser.add_argument("--locomo", help="a LoCoMo-format JSON file (../shared/bench/)")
     parser.add_argument(

@@ -1,6 +1,7 @@
 """Moving agents between databases as JSON Lines: the record format and the export.
 
-A file is a header, then per agent its memories, sessions, entities and relations, then an
+A file is a header, then per agent its memories, sessions, entities and relations (and its
+keys, posted tasks and usage records; the tenant's `shared` keys as agent ''), then an
 `end` record carrying the count of records between the two, so that a file cut short by a full
 disk or a killed pipe is refused on import instead of half-applied. Every column travels
 (scores, counters, embeddings), so an imported agent recalls exactly as it did at export time.
@@ -128,12 +129,62 @@ class SwitchRecord(Record, frozen=True, tag="switch"):
     tenant: Tenant = DEFAULT_TENANT
 
 
+class KvRecord(Record, frozen=True, tag="kv"):
+    """A key of an agent, or of the tenant's `shared` namespace when `agentId` is left out."""
+
+    key: NonEmpty
+    value: Any
+    version: Annotated[int, msgspec.Meta(ge=1)]
+    updated_at: Millis
+    agent_id: StoredId | None = None
+    tenant: Tenant = DEFAULT_TENANT
+
+
+class TaskRecord(Record, frozen=True, tag="task"):
+    """A task, with the agent that posted it (`agentId`, the task's `createdBy`)."""
+
+    agent_id: StoredId
+    id: NonEmpty
+    title: str
+    status: Literal["pending", "claimed", "completed"]
+    claim_timeout: Annotated[int, msgspec.Meta(ge=1)]
+    created_at: Millis
+    description: str | None = None
+    assignee: str | None = None
+    claimed_by: str | None = None
+    claim_expires: int | None = None
+    result: Any = None
+    claimed_at: Millis | None = None
+    completed_at: Millis | None = None
+    tenant: Tenant = DEFAULT_TENANT
+
+
+class UsageRecord(Record, frozen=True, tag="usage"):
+    agent_id: StoredId
+    id: NonEmpty
+    model: str
+    prompt_tokens: Count
+    completion_tokens: Count
+    cost_usd: Annotated[float, msgspec.Meta(ge=0.0)]
+    timestamp: Millis
+    tenant: Tenant = DEFAULT_TENANT
+
+
 class End(Record, frozen=True, tag="end"):
     records: Count
 
 
 AnyRecord = (
-    Header | MemoryRecord | SessionRecord | EntityRecord | RelationRecord | SwitchRecord | End
+    Header
+    | MemoryRecord
+    | SessionRecord
+    | EntityRecord
+    | RelationRecord
+    | SwitchRecord
+    | KvRecord
+    | TaskRecord
+    | UsageRecord
+    | End
 )
 
 MEMORY_SQL = (
@@ -142,7 +193,17 @@ MEMORY_SQL = (
     "forgotten_at, summary, category, sensitivity, recall_policy, tags, flags FROM memories "
     "WHERE tenant = ? AND agent_id = ? ORDER BY timestamp, rowid"
 )
-AGENT_TABLES = ("memories", "sessions", "kg_entities", "kg_relations", "agent_switch")
+# The agent '' of `kv` is the namespace `shared`: a whole-tenant export carries it.
+AGENT_TABLES = (
+    "memories",
+    "sessions",
+    "kg_entities",
+    "kg_relations",
+    "agent_switch",
+    "kv",
+    "tasks",
+    "usage",
+)
 
 
 def agents_sql(tenant: str | None, agent_id: str | None) -> tuple[str, tuple[str | None, ...]]:
@@ -261,6 +322,10 @@ def _agent_records(conn: apsw.Connection, tenant: str, agent_id: str) -> Iterato
         yield RelationRecord(
             tenant=tenant, agent_id=agent_id, source=source, type=relation_type, target=target
         )
+    # Section 14's state, written beside (worker/transfer/state.py needs the record types).
+    from worker.transfer.state import state_records
+
+    yield from state_records(conn, tenant, agent_id)
 
 
 def _sink(out: BinaryIO | TextIO) -> Callable[[bytes], object]:

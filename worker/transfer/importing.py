@@ -34,6 +34,7 @@ from handlers.audit import Call, Change, record
 from worker.services import wall_clock_ms
 from worker.transfer.exporting import check_tenant
 from worker.transfer.staging import MEMORY_COLUMNS, STAGE_SQL, STAGE_TABLES, stage
+from worker.transfer.state import apply_state
 
 # Staged memories whose id another agent holds, and whose content the importing agent does not
 # have yet (then the row is skipped and its refs go to the id the agent has: REMAP_SQL).
@@ -80,6 +81,9 @@ class ImportResult:
     entities_unchanged: int
     relations_added: int
     relations_present: int
+    kv_written: int = 0
+    tasks_added: int = 0
+    usage_added: int = 0
 
     def summary(self) -> str:
         return (
@@ -87,7 +91,8 @@ class ImportResult:
             f"{self.memories_skipped} skipped; sessions {self.sessions_written} written, "
             f"{self.sessions_unchanged} unchanged; entities {self.entities_written} written, "
             f"{self.entities_unchanged} unchanged; relations {self.relations_added} added, "
-            f"{self.relations_present} present"
+            f"{self.relations_present} present; keys {self.kv_written} written, tasks "
+            f"{self.tasks_added} added, usage records {self.usage_added} added"
         )
 
 
@@ -193,6 +198,7 @@ def _apply(conn: apsw.Connection, records: int) -> ImportResult:
         "INSERT OR IGNORE INTO main.agent_switch (tenant, agent_id, disabled_at) "
         "SELECT tenant, agent_id, disabled_at FROM temp.transfer_switches ORDER BY seq"
     )
+    state = apply_state(conn)
     return ImportResult(
         records=records,
         memories_imported=memories,
@@ -203,6 +209,9 @@ def _apply(conn: apsw.Connection, records: int) -> ImportResult:
         entities_unchanged=counts["entities"] - entities,
         relations_added=relations,
         relations_present=counts["relations"] - relations,
+        kv_written=state.kv_written,
+        tasks_added=state.tasks_added,
+        usage_added=state.usage_added,
     )
 
 

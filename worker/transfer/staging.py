@@ -21,18 +21,32 @@ from worker.transfer.exporting import (
     End,
     EntityRecord,
     Header,
+    KvRecord,
     MemoryRecord,
     SessionRecord,
     SwitchRecord,
+    TaskRecord,
     TransferError,
+    UsageRecord,
 )
+from worker.transfer.state import STAGE_SQL as STATE_STAGE_SQL
+from worker.transfer.state import STAGE_TABLES as STATE_STAGE_TABLES
+from worker.transfer.state import stage_state
 
 MEMORY_COLUMNS = (
     "id, tenant, agent_id, role, content, hash, session_id, importance, confidence, access_count, "
     "last_accessed, timestamp, metadata, embedding, embedding_model, created_at, pinned, "
     "forgotten_at, summary, category, sensitivity, recall_policy, tags, flags"
 )
-STAGE_TABLES = ("memories", "sessions", "messages", "entities", "relations", "switches")
+STAGE_TABLES = (
+    "memories",
+    "sessions",
+    "messages",
+    "entities",
+    "relations",
+    "switches",
+    *STATE_STAGE_TABLES,
+)
 STAGE_SQL = f"""
 CREATE TEMP TABLE transfer_memories (seq INTEGER PRIMARY KEY, {MEMORY_COLUMNS}, fresh_id,
     UNIQUE (id), UNIQUE (tenant, agent_id, hash));
@@ -48,6 +62,7 @@ CREATE TEMP TABLE transfer_relations (seq INTEGER PRIMARY KEY, tenant, agent_id,
 CREATE TEMP TABLE transfer_switches (seq INTEGER PRIMARY KEY, tenant, agent_id, disabled_at,
     UNIQUE (tenant, agent_id));
 """
+STAGE_SQL += STATE_STAGE_SQL
 
 
 def _at(line: int, message: str, field: str) -> TransferError:
@@ -208,6 +223,10 @@ def stage(
             _stage_entity(conn, record, tenant, line)
         elif isinstance(record, SwitchRecord):
             _stage_switch(conn, record, tenant, line)
+        elif isinstance(record, KvRecord | TaskRecord | UsageRecord):
+            repeated = stage_state(conn, record, tenant, line)
+            if repeated is not None:
+                raise _at(line, repeated, "key" if isinstance(record, KvRecord) else "id")
         else:
             conn.execute(
                 "INSERT INTO temp.transfer_relations VALUES (?, ?, ?, ?, ?, ?)",
