@@ -228,3 +228,34 @@ async def test_stop_finishes_the_queued_jobs_before_the_thread_ends(
     await asyncio.wait_for(stopping, 10)
     assert (await settle(tasks))[1:] == [f"m{n}" for n in range(5)]
     assert stored_ids(db_path) == {f"m{n}" for n in range(5)}
+
+
+def test_processes_migrating_one_new_file_at_once_apply_each_step_once(tmp_path: Path) -> None:
+    """Workers that start together on a new file (two on one database, a bench) all come up:
+    each migration step is applied by whichever takes the write lock first, and skipped by the
+    others, instead of failing with "table ... already exists"."""
+    import threading
+
+    from worker.db import migrate, migrations, open_db
+
+    for trial in range(10):
+        path = tmp_path / f"new-{trial}.db"
+        errors: list[BaseException] = []
+
+        def start(path: Path = path, errors: list[BaseException] = errors) -> None:
+            try:
+                conn = open_db(path)
+                migrate(conn)
+                conn.close()
+            except BaseException as error:
+                errors.append(error)
+
+        threads = [threading.Thread(target=start) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        conn = open_db(path)
+        assert int(conn.pragma("user_version")) == len(migrations())
+        conn.close()

@@ -100,7 +100,15 @@ def migrate(conn: apsw.Connection) -> int:
             f"(knows {len(ladder)}); upgrade memory-worker"
         )
     for version, sql in ladder[current:]:
-        with conn:
-            conn.execute(sql)
-            conn.pragma("user_version", version)
+        # The version is read again under the write lock: another process starting on the same
+        # new file at the same moment may have applied this step meanwhile.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if int(conn.pragma("user_version")) < version:
+                conn.execute(sql)
+                conn.pragma("user_version", version)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
     return len(ladder)
