@@ -234,8 +234,6 @@ def test_processes_migrating_one_new_file_at_once_apply_each_step_once(tmp_path:
     """Workers that start together on a new file (two on one database, a bench) all come up:
     each migration step is applied by whichever takes the write lock first, and skipped by the
     others, instead of failing with "table ... already exists"."""
-    import threading
-
     from worker.db import migrate, migrations, open_db
 
     for trial in range(10):
