@@ -7,6 +7,7 @@ become one new memory (the originals stay); reordering moves references, never m
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import apsw
 
@@ -31,7 +32,11 @@ def _memories(conn: apsw.Connection, agent: Agent, ids: list[str]) -> dict[str, 
 
 
 def _merge_runs(
-    conn: apsw.Connection, req: RepairRequest, refs: list[Ref], now: int
+    conn: apsw.Connection,
+    req: RepairRequest,
+    refs: list[Ref],
+    now: int,
+    new_id: Callable[[], str] | None,
 ) -> tuple[list[Ref], int]:
     """Fold each run of consecutive same-role, non-system messages into one new memory."""
     found = _memories(conn, agent_of(req), [ref[0] for ref in refs if ref[0]])
@@ -59,6 +64,7 @@ def _merge_runs(
                 importance=max(importance for _, importance in parts),
                 session_id=req.session_id,
                 append_to_session=False,
+                memory_id=None if new_id is None else new_id(),
             )
             merged.append((memory_id, role, first_timestamp))
             folded += len(run) - 1
@@ -66,7 +72,15 @@ def _merge_runs(
     return merged, folded
 
 
-def repair(conn: apsw.Connection, req: RepairRequest, *, now: int) -> RepairReply:
+def repair(
+    conn: apsw.Connection,
+    req: RepairRequest,
+    *,
+    now: int,
+    new_id: Callable[[], str] | None = None,
+) -> RepairReply:
+    """`new_id` names the memories merged runs become (a write's decision derives them from
+    its seed, so a replay names them alike); fresh ids without it."""
     require_session(conn, agent_of(req), req.session_id)
     original = read_messages(conn, agent_of(req), req.session_id)
 
@@ -85,7 +99,7 @@ def repair(conn: apsw.Connection, req: RepairRequest, *, now: int) -> RepairRepl
     present = [ref for ref in unique if ref[0] in existing]
     orphaned = len(unique) - len(present)
 
-    merged, consecutive_merged = _merge_runs(conn, req, present, now)
+    merged, consecutive_merged = _merge_runs(conn, req, present, now, new_id)
 
     reordered = 0
     ordered: list[Ref] = []

@@ -68,6 +68,10 @@ async def scenario(client: Client) -> None:
     await client.store("c", "erased soon")
     await client.ok("memory::erase", {"agentId": "c", "confirm": "c"})
     await client.recall("a", "office")  # its access counts are logged too
+    for n in range(3):  # a run of one role that repair folds into one new memory
+        await client.store("e", f"part {n} of a long answer", role="assistant", sessionId="r")
+    repaired = await client.ok("memory::session::repair", {"agentId": "e", "sessionId": "r"})
+    assert repaired["stats"]["consecutiveMerged"] == 2
     old = (await client.store("d", "long ago", timestamp=1, importance=0.1))["id"]
     await client.ok("memory::consolidate", {"decayRate": 0.5})
     evicted = await client.ok("memory::evict", {})  # every partition: here the one
@@ -117,8 +121,11 @@ async def test_a_write_without_decide_and_apply_steps_is_refused_sharded_and_wri
         client = Client(nc)
         await client.store("a", "one", sessionId="s")
         await client.store("a", "two", sessionId="s")
-        # session::repair is not yet decide and apply steps: refused rather than unlogged
-        reply = await client.call("memory::session::repair", {"agentId": "a", "sessionId": "s"})
+        # session::compact is not yet decide and apply steps: refused rather than unlogged
+        reply = await client.call(
+            "memory::session::compact", {"agentId": "a", "sessionId": "s", "threshold": 1,
+                                         "keepRecent": 0},
+        )  # fmt: skip
         assert reply.code == "500", reply
         assert app.nodes[0].applied == 2  # the two stores, nothing more
     finally:

@@ -9,6 +9,7 @@ worker/maintenance.py.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 from typing import Literal
 
@@ -47,7 +48,7 @@ from worker.maintenance import run_figures
 from worker.recall_index.index import Snapshot
 from worker.services import Services
 from worker.storing import STORE, prepare_store
-from worker.writes import Write, commit
+from worker.writes import Write, commit, seeded_ids
 
 
 async def store(s: Services, req: StoreRequest) -> StoreReply:
@@ -238,14 +239,25 @@ async def session_compact(s: Services, req: CompactRequest) -> CompactReply:
     return reply
 
 
+class Repaired(msgspec.Struct, frozen=True):
+    """A repair decided: the request, its time, and the seed of the ids of merged messages."""
+
+    request: RepairRequest
+    at: int
+    seed: str
+
+
+REPAIR: Write[Repaired, RepairReply] = Write(
+    decision=Repaired,
+    decide=lambda conn, req, now, _: Repaired(req, now, uuid.uuid4().hex),
+    apply=lambda conn, d: repair(conn, d.request, now=d.at, new_id=seeded_ids(d.seed)),
+    reply=lambda d, reply: reply,
+    changes=lambda d, reply: [Change(agent_of(d.request), count=reply.total_fixes)],
+)
+
+
 async def session_repair(s: Services, req: RepairRequest) -> RepairReply:
-    reply = await s.writer.run(
-        audited(
-            lambda conn: repair(conn, req, now=s.clock()),
-            lambda reply: [Change(agent_of(req), count=reply.total_fixes)],
-            s.clock,
-        )
-    )
+    reply: RepairReply = await commit(s, "memory::session::repair", REPAIR, req)
     if reply.stats.consecutive_merged:
         await embed_missing(s, tenant_of(req), req.agent_id)
     return reply

@@ -253,6 +253,7 @@ ROUTES: tuple[Route, ...] = (
         flows.session_repair,
         on=FLOW,
         reply_type=RepairReply,
+        write=flows.REPAIR,
     ),
     Route(
         "memory::stats", StatsRequest, flows.stats, on=FLOW, reply_type=StatsReply, all_tenants=True

@@ -15,6 +15,9 @@ stored text, an LLM's summary. Its result goes into the decision through decide.
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
@@ -124,6 +127,18 @@ class Replayer:
         result = write.apply(conn, decision)
         call = Call(entry.trigger, entry.source, entry.requester)
         record(conn, call, write.changes(decision, result), entry.at)
+
+
+def seeded_ids(seed: str) -> Callable[[], str]:
+    """Ids (uuid4 in form) that a decision derives from its seed, one after another: the
+    same seed names the same memories when the decision is replayed."""
+    counter = itertools.count()
+
+    def next_id() -> str:
+        digest = hashlib.sha256(f"{seed}/{next(counter)}".encode()).digest()[:16]
+        return str(uuid.UUID(bytes=digest, version=4))
+
+    return next_id
 
 
 class Requested(msgspec.Struct, Generic[D], frozen=True):
