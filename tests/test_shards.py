@@ -131,3 +131,45 @@ async def test_evict_consolidate_and_stats_without_an_agent_add_up_over_every_pa
         refused = await client.call("memory::audit", {})
         assert refused.code == "503" and "agentId" in refused.body["error"]["message"]
         await nc.close()
+
+
+async def test_the_cluster_command_shows_owners_standbys_applied_sequences_and_lag(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """`memory-worker cluster` reads the lease bucket and the streams: every partition has an
+    owner and the other shard as standby, and after a renewal no owner lags its log."""
+    import json
+    import subprocess
+    import sys
+
+    async with shards(nats_url, tmp_path, "s1", "s2"):
+        nc = await nats.connect(nats_url)
+        client = Client(nc)
+        for n in range(12):
+            await client.store(f"agent-{n}", "a note")
+        await nc.close()
+        await asyncio.sleep(TTL / 3 + 0.3)  # every owner renewed with what it applied
+        command = [sys.executable, "-m", "worker", "cluster", "--json", "--nats-url", nats_url]
+        done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        status = json.loads(done.stdout)
+        assert status["shards"] == ["s1", "s2"]
+        assert len(status["partitions"]) == PARTITIONS
+        for p in status["partitions"]:
+            assert p["owner"] == preference(p["partition"], ["s1", "s2"])[0]
+            assert p["standbys"] == [preference(p["partition"], ["s1", "s2"])[1]]
+            assert p["lag"] == 0 and p["applied"] == p["last"]
+        assert sum(p["last"] for p in status["partitions"]) == 12
+        table = await asyncio.to_thread(
+            subprocess.run, command[:-3] + ["--nats-url", nats_url], capture_output=True, text=True
+        )
+        assert table.returncode == 0 and "shards alive: s1, s2" in table.stdout
+
+
+async def test_the_cluster_command_on_a_nats_without_shards_says_so(nats_url: str) -> None:
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "worker", "cluster", "--nats-url", nats_url]
+    done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
+    assert done.returncode == 2 and "no shard has started" in done.stderr

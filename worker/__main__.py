@@ -64,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
         "--tenant", help="under tenancy, count one tenant (an account name; '' the default)"
     )
     _client(commands, "check", "exit 0 if a memory worker answers $SRV.PING and is healthy", 3.0)
+    cluster = _client(
+        commands, "cluster", "sharded mode: partitions, owners, standbys, applied and lag", 10.0
+    )
+    cluster.add_argument("--json", action="store_true", help="the status as JSON")
     mcp = commands.add_parser("mcp", help="serve MCP tools for one agent, forwarding to a worker")
     mcp.add_argument("--nats-url", help="NATS server (default: MEMORY_WORKER_NATS_URL)")
     mcp.add_argument(
@@ -126,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands.fire(config, args)
     if args.command == "stats":
         return commands.stats(config, args)
+    if args.command == "cluster":
+        return commands.cluster(config, args)
     if args.command == "check":
         return commands.check(config, args)
     if args.command == "mcp":

@@ -131,6 +131,33 @@ def fire(config: Config, args: argparse.Namespace) -> Exit:
     return _print_reply(answer, lambda text: text)
 
 
+def cluster(config: Config, args: argparse.Namespace) -> Exit:
+    """The sharded deployment as the lease bucket and the partition streams show it."""
+    from worker.shards.status import NotSharded, cluster_status, render
+
+    url = client_url(config, args.nats_url)
+    try:
+        status = call(
+            config,
+            url,
+            args.timeout,
+            lambda client, left: asyncio.wait_for(cluster_status(client.nc, config.standbys), left),
+        )
+    except NotSharded as error:
+        print(f"memory-worker cluster: {error}", file=sys.stderr)
+        return Exit.NO_WORKER
+    except TimeoutError:
+        print(f"memory-worker cluster: no answer within {args.timeout:g}s", file=sys.stderr)
+        return Exit.NO_WORKER
+    if isinstance(status, Exit):
+        return status
+    if isinstance(status, WorkerError):
+        return _print_reply(status, lambda text: text)
+    shown = msgspec.json.encode(status).decode() if args.json else render(status)
+    sys.stdout.write(shown + "\n")
+    return Exit.OK
+
+
 def stats(config: Config, args: argparse.Namespace) -> Exit:
     from worker.stats_table import render
 

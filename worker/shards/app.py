@@ -161,7 +161,8 @@ class ShardApp:
         for partition in range(self.config.partitions):
             ranked = preference(partition, live)
             if partition in leases.held:
-                verdict = await leases.renew(partition)
+                node = self.nodes.get(partition)
+                verdict = await leases.renew(partition, 0 if node is None else node.applied)
                 if verdict == "lost":
                     await self._demote(partition, "lease lost")
                 elif verdict == "held" and ranked[0] != self.name:

@@ -32,7 +32,11 @@ Verdict = Literal["held", "lost", "unsure"]
 
 
 class Holder(msgspec.Struct, frozen=True):
+    """A lease's value: who holds it, and the log sequence it had applied when it last renewed
+    (what `memory-worker cluster` shows, with the lag behind the log)."""
+
     shard: str
+    applied: int = 0
 
 
 @dataclass
@@ -61,6 +65,23 @@ async def open_bucket(js: Any, ttl: float, replicas: int) -> Any:
         return await js.create_key_value(config)
 
 
+async def lease_of(kv: Any, partition: int) -> Holder | None:
+    """Who holds the partition's lease, or None when nobody does."""
+    try:
+        entry = await kv.get(f"lease.{partition}")
+    except nats.js.errors.KeyNotFoundError:
+        return None
+    return msgspec.json.decode(entry.value, type=Holder) if entry.value else None
+
+
+async def live_shards(kv: Any) -> list[str]:
+    try:
+        keys = await kv.keys()
+    except nats.js.errors.NoKeysError:
+        return []
+    return sorted(key.removeprefix("shard.") for key in keys if key.startswith("shard."))
+
+
 class Leases:
     def __init__(
         self, kv: Any, shard: str, ttl: float, clock: Callable[[], float] = time.monotonic
@@ -77,37 +98,31 @@ class Leases:
         await self.kv.put(f"shard.{self.shard}", self._value)
 
     async def live_shards(self) -> list[str]:
-        try:
-            keys = await self.kv.keys()
-        except nats.js.errors.NoKeysError:
-            return []
-        return sorted(key.removeprefix("shard.") for key in keys if key.startswith("shard."))
+        return await live_shards(self.kv)
 
     async def holder(self, partition: int) -> str | None:
-        try:
-            entry = await self.kv.get(f"lease.{partition}")
-        except nats.js.errors.KeyNotFoundError:
-            return None
-        if not entry.value:
-            return None
-        return msgspec.json.decode(entry.value, type=Holder).shard
+        found = await lease_of(self.kv, partition)
+        return None if found is None else found.shard
 
-    async def acquire(self, partition: int) -> bool:
+    def _holding(self, applied: int) -> bytes:
+        return msgspec.json.encode(Holder(self.shard, applied))
+
+    async def acquire(self, partition: int, applied: int = 0) -> bool:
         """Take the lease if nobody holds it."""
         sent = self.clock()
         try:
-            revision = await self.kv.create(f"lease.{partition}", self._value)
+            revision = await self.kv.create(f"lease.{partition}", self._holding(applied))
         except nats.js.errors.KeyWrongLastSequenceError:
             return False
         self.held[partition] = Held(revision, sent)
         return True
 
-    async def renew(self, partition: int) -> Verdict:
+    async def renew(self, partition: int, applied: int = 0) -> Verdict:
         held = self.held[partition]
         sent = self.clock()
         try:
             held.revision = await self.kv.update(
-                f"lease.{partition}", self._value, last=held.revision
+                f"lease.{partition}", self._holding(applied), last=held.revision
             )
             held.sent_at = sent
             return "held"
