@@ -161,7 +161,7 @@ async def test_the_cluster_command_shows_owners_standbys_applied_sequences_and_l
             assert p["lag"] == 0 and p["applied"] == p["last"]
         assert sum(p["last"] for p in status["partitions"]) == 12
         table = await asyncio.to_thread(
-            subprocess.run, command[:-3] + ["--nats-url", nats_url], capture_output=True, text=True
+            subprocess.run, [*command[:-3], "--nats-url", nats_url], capture_output=True, text=True
         )
         assert table.returncode == 0 and "shards alive: s1, s2" in table.stdout
 
