@@ -55,6 +55,26 @@ def test_compose_and_kubernetes_files_parse() -> None:
     assert sorted(kinds) == ["ConfigMap", "Secret", "StatefulSet"]
 
 
+def test_the_sharded_compose_and_kubernetes_files_parse_and_name_each_shard() -> None:
+    """Three NATS nodes of the cluster config and three shards, each with its own name and
+    volume; on Kubernetes a shard is named after its pod."""
+    compose = yaml.safe_load((DEPLOY / "compose.sharded.yaml").read_text(encoding="utf-8"))
+    services = compose["services"]
+    assert {f"nats-{n}" for n in (1, 2, 3)} | {f"shard-{n}" for n in (1, 2, 3)} == set(services)
+    names = {services[f"shard-{n}"]["environment"]["MEMORY_WORKER_SHARD_NAME"] for n in (1, 2, 3)}
+    assert names == {"shard-1", "shard-2", "shard-3"}
+    for n in (1, 2, 3):
+        env = services[f"shard-{n}"]["environment"]
+        assert env["MEMORY_WORKER_MODE"] == "sharded" and env["MEMORY_WORKER_REPLICAS"] == "3"
+        assert services[f"nats-{n}"]["environment"] == {"SERVER_NAME": f"nats-{n}"}
+    documents = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "sharded" / "shards.yaml")
+                                        .read_text(encoding="utf-8")))  # fmt: skip
+    assert [d["kind"] for d in documents] == ["ConfigMap", "StatefulSet"]
+    [container] = documents[1]["spec"]["template"]["spec"]["containers"]
+    [name] = [e for e in container["env"] if e["name"] == "MEMORY_WORKER_SHARD_NAME"]
+    assert name["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+
 def test_container_file_runs_as_non_root_with_a_health_check() -> None:
     text = (DEPLOY / "Containerfile").read_text(encoding="utf-8")
     assert re.search(r"^USER memory$", text, re.M)

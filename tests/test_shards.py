@@ -173,3 +173,29 @@ async def test_the_cluster_command_on_a_nats_without_shards_says_so(nats_url: st
     command = [sys.executable, "-m", "worker", "cluster", "--nats-url", nats_url]
     done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
     assert done.returncode == 2 and "no shard has started" in done.stderr
+
+
+async def test_durable_ingestion_reaches_each_agents_partition_owner(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """A store published on memory.ingest.store is taken by one shard and written by the owner
+    of its agent's partition, through the partition's log."""
+    import msgspec
+
+    async with shards(nats_url, tmp_path, "s1", "s2") as apps:
+        nc = await nats.connect(nats_url)
+        js = nc.jetstream()
+        for n in range(12):
+            body = msgspec.json.encode({"agentId": f"agent-{n}", "content": f"ingested {n}"})
+            await js.publish("memory.ingest.store", body)
+        client = Client(nc)
+        for _ in range(100):
+            if (await client.ok("memory::stats", {}))["memories"] == 12:
+                break
+            await asyncio.sleep(0.1)
+        assert (await client.ok("memory::stats", {}))["memories"] == 12
+        logged = sum(node.applied for app in apps for node in app.nodes.values() if node.owner)
+        assert logged >= 1
+        [found] = await client.recall("agent-3", "ingested")
+        assert found["content"] == "ingested 3"
+        await nc.close()

@@ -52,9 +52,18 @@ async def _ensure_stream(js: Any, config: StreamConfig) -> None:
 
 class Ingest:
     def __init__(
-        self, nc: Any, dispatcher: Dispatcher, prefix: str = "", *, tenancy: str = "none"
+        self,
+        nc: Any,
+        dispatcher: Dispatcher,
+        prefix: str = "",
+        *,
+        tenancy: str = "none",
+        replicas: int = 1,
     ) -> None:
+        """`replicas`: copies of the ingest and dead-letter streams (a shard's cluster keeps
+        MEMORY_WORKER_REPLICAS of everything)."""
         self._nc = nc
+        self._replicas = replicas
         self._tenanted = tenancy == "account"
         self._js = nc.jetstream()
         self._dispatcher = dispatcher
@@ -72,6 +81,7 @@ class Ingest:
                 retention=RetentionPolicy.WORK_QUEUE,
                 storage=StorageType.FILE,
                 duplicate_window=120.0,
+                num_replicas=self._replicas,
             ),
         )
         await _ensure_stream(
@@ -81,6 +91,7 @@ class Ingest:
                 subjects=[f"{self._prefix}memory.deadletter.>"],
                 storage=StorageType.FILE,
                 max_age=DEADLETTER_DAYS * 86_400.0,
+                num_replicas=self._replicas,
             ),
         )
         subscription = await self._js.pull_subscribe(

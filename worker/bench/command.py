@@ -30,6 +30,7 @@ from worker.bench.locomo import measure_locomo
 from worker.bench.mcp_trip import mcp_rows, measure_mcp_round_trip
 from worker.bench.overhead import client_rows, measure_client_overhead
 from worker.bench.sanitize import run_sanitize
+from worker.bench.sharded import measure_sharded, sharded_rows
 from worker.bench.state import measure_state, state_rows
 from worker.embedded import EmbeddedServer
 from worker.tenancy import REQUEST_INFO, caller_of
@@ -392,12 +393,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--nats-url", help="bench the worker serving on this server instead")
     parser.add_argument("--subject-prefix", default="")
+    parser.add_argument(
+        "--sharded",
+        action="store_true",
+        help="only section 16: 1, 2, 3 shards on a loopback 3-node cluster, failover, log cost",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
 
 
 def main(args: argparse.Namespace) -> int:
     if args.sanitize:
         return run_sanitize(args)
+    if args.sharded:
+        sharded = asyncio.run(measure_sharded())
+        print(json.dumps(sharded) if args.json else _rows(sharded_rows(sharded)))
+        return 0
     results = asyncio.run(run_bench(args))
     print(json.dumps(results) if args.json else table(results))
     return 0

@@ -25,6 +25,7 @@ import structlog
 from worker.bus import MemoryService, connect
 from worker.config import Config
 from worker.dispatch import Dispatcher
+from worker.ingest import Ingest
 from worker.readers import Readers
 from worker.recall_index.index import MemoryIndex
 from worker.registry import ROUTES, all_writes
@@ -91,6 +92,7 @@ class ShardApp:
         self._embedder: Any = None
         self._replayer = Replayer(all_writes())
         self._serving: set[asyncio.Task[None]] = set()
+        self._ingest: Ingest | None = None
 
     def owned(self, partition: int) -> PartitionNode | None:
         node = self.nodes.get(partition)
@@ -125,6 +127,9 @@ class ShardApp:
         dispatcher = Dispatcher(front, ROUTES, self.telemetry, executor=router)
         self._service = MemoryService(nc, dispatcher, "")
         await self._service.start(ROUTES, self.telemetry.health.metadata)
+        if config.ingest:  # durable ingestion, routed like a request
+            self._ingest = Ingest(nc, dispatcher, tenancy=config.tenancy, replicas=config.replicas)
+            await _patiently(self._ingest.start)
         await self._balance_once()
         self._balancer = asyncio.create_task(self._balance_forever())
         log.info("shard.started", shard=self.name, partitions=config.partitions)
@@ -250,6 +255,8 @@ class ShardApp:
             self._balancer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._balancer
+        if self._ingest is not None:
+            await self._ingest.stop(timeout=DRAIN_SECONDS)
         if self._service is not None:
             await self._service.stop(timeout=DRAIN_SECONDS)
         for partition in list(self._subscriptions):
