@@ -54,21 +54,47 @@ def claim(conn: apsw.Connection, job: str, fire_ms: int) -> bool:
     return conn.changes() == 1
 
 
+class Claims(Protocol):
+    """Where fire times are remembered and claimed: the database's writer here; a shard logs
+    its claims in the partition's log (worker/shards/cron.py), so that a new owner after a
+    failover does not run a fire time again."""
+
+    async def remember(self, job: str, fire_ms: int) -> None: ...
+
+    async def claim(self, job: str, fire_ms: int) -> bool: ...
+
+
+class WriterClaims:
+    def __init__(self, writer: Writes) -> None:
+        self._writer = writer
+
+    async def remember(self, job: str, fire_ms: int) -> None:
+        await self._writer.run(partial(remember_start, job=job, fire_ms=fire_ms))
+
+    async def claim(self, job: str, fire_ms: int) -> bool:
+        return await self._writer.run(partial(claim, job=job, fire_ms=fire_ms))
+
+
 class Scheduler:
     def __init__(
         self,
         jobs: list[CronJob],
         *,
         tz: ZoneInfo,
-        writer: Writes,
+        writer: Writes | None = None,
         fire: Fire,
         clock: Callable[[], int],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         records: dict[str, JobRecord] | None = None,
+        claims: Claims | None = None,
     ) -> None:
+        """Fire times are claimed through `claims`, or on `writer` when it is not given."""
         self.jobs = jobs
         self._tz = tz
-        self._writer = writer
+        if claims is None:
+            assert writer is not None, "a scheduler needs a writer or its claims"
+            claims = WriterClaims(writer)
+        self._claims = claims
         self._fire = fire
         self._clock = clock
         self._sleep = sleep
@@ -80,7 +106,7 @@ class Scheduler:
         now = self._clock()
         for job in self.jobs:
             fire_ms = job.latest_fire(now, self._tz)
-            await self._writer.run(partial(remember_start, job=job.name, fire_ms=fire_ms))
+            await self._claims.remember(job.name, fire_ms)
 
     async def tick(self) -> list[str]:
         """Run each job whose latest fire time no worker has claimed yet; return their names."""
@@ -88,7 +114,7 @@ class Scheduler:
         fired = []
         for job in self.jobs:
             fire_ms = job.latest_fire(now, self._tz)
-            won = await self._writer.run(partial(claim, job=job.name, fire_ms=fire_ms))
+            won = await self._claims.claim(job.name, fire_ms)
             if won:
                 log.info(
                     "schedule.fired",

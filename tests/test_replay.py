@@ -131,3 +131,51 @@ async def test_a_write_without_decide_and_apply_steps_is_refused_sharded_and_wri
     finally:
         await nc.close()
         await app.stop()
+
+
+async def test_a_shard_runs_the_schedule_for_its_partitions_and_logs_each_claim(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """The owner of a partition fires the maintenance job at its fire time over the partition's
+    agents, once: the claim is a logged write, so a replayed copy (a standby, a new owner after
+    a failover) holds it too and would not fire that time again."""
+    from zoneinfo import ZoneInfo
+
+    from scheduler.jobs import CronJob, Schedule
+    from worker.shards.cron import partition_scheduler
+
+    app = ShardApp(shard_config(nats_url, tmp_path, "s1", partitions=1))
+    await app.start()
+    nc = await nats.connect(nats_url)
+    try:
+        client = Client(nc)
+        await client.store("a", "stale and unimportant", timestamp=1, importance=0.1)
+        node = app.nodes[0]
+        assert node.services is not None
+        now = [node.services.clock()]
+        schedule = Schedule((CronJob("evict", "memory::evict", "* * * * *"),), ZoneInfo("UTC"))
+        scheduler = partition_scheduler(node.services, schedule, {}, clock=lambda: now[0])
+        await scheduler.prepare()
+        now[0] += 61_000  # the next minute's fire time has come
+        assert await scheduler.tick() == ["evict"]
+        assert await scheduler.tick() == []  # claimed: not again
+        assert (await client.ok("memory::stats", {}))["memories"] == 0
+        copy = tmp_path / "copy.db"
+        conn = open_db(copy)
+        migrate(conn)
+        replayer = Replayer(all_writes())
+        entries = PartitionLog(nc.jetstream(), 1, 1).read(0, 0)
+        async for entry in entries:
+            with conn:
+                for logged in msgspec.msgpack.decode(entry.data, type=list[LogEntry]):
+                    replayer.replay(conn, logged)
+            if entry.seq >= node.applied:
+                break
+        await entries.aclose()
+        claims = conn.execute("SELECT job, last_fire FROM schedule_claims").fetchall()
+        conn.close()
+        [(job, last_fire)] = claims
+        assert job == "evict" and last_fire == schedule.jobs[0].latest_fire(now[0], schedule.tz)
+    finally:
+        await nc.close()
+        await app.stop()

@@ -403,5 +403,7 @@ INGESTED = {route.ingest_verb: route.trigger for route in ROUTES if route.ingest
 
 def all_writes() -> dict[str, Write[Any, Any]]:
     """Every decide and apply pair a shard may find in its log, by the trigger it logs."""
+    from worker.shards.cron import CRON_WRITES
+
     routed = {route.trigger: route.writes for route in ROUTES if route.writes is not None}
-    return routed | maintenance.EXTRA_WRITES
+    return routed | maintenance.EXTRA_WRITES | CRON_WRITES

@@ -18,10 +18,12 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
 import nats.errors
 import structlog
 
+from scheduler.jobs import Schedule, default_jobs
 from worker.bus import MemoryService, connect
 from worker.config import Config
 from worker.dispatch import Dispatcher
@@ -30,6 +32,7 @@ from worker.readers import Readers
 from worker.recall_index.index import MemoryIndex
 from worker.registry import ROUTES, all_writes
 from worker.services import Services, wall_clock_ms
+from worker.shards.cron import partition_scheduler
 from worker.shards.lease import Leases, open_bucket, preference
 from worker.shards.log import PartitionLog, ShardSetupError
 from worker.shards.node import PartitionNode
@@ -92,6 +95,11 @@ class ShardApp:
         self._embedder: Any = None
         self._replayer = Replayer(all_writes())
         self._serving: set[asyncio.Task[None]] = set()
+        self._crons: dict[int, asyncio.Task[None]] = {}
+        self.schedule = Schedule(
+            tuple(default_jobs(config.consolidate_cron, config.evict_cron)),
+            ZoneInfo(config.cron_tz),
+        )
         self._ingest: Ingest | None = None
 
     def owned(self, partition: int) -> PartitionNode | None:
@@ -225,6 +233,10 @@ class ShardApp:
         self._subscriptions[partition] = await self.nc.subscribe(
             f"memory.p.{partition}.>", queue=f"memory-p{partition}", cb=accept
         )
+        if self.schedule.jobs:
+            assert node.services is not None
+            scheduler = partition_scheduler(node.services, self.schedule, self.telemetry.jobs)
+            self._crons[partition] = asyncio.create_task(scheduler.run())
         log.info("shard.owns", shard=self.name, partition=partition, replayed=replayed,
                  applied=node.applied)  # fmt: skip
 
@@ -235,6 +247,9 @@ class ShardApp:
             self.leases.held.pop(partition, None)
 
     async def _demote(self, partition: int, why: str) -> None:
+        cron = self._crons.pop(partition, None)
+        if cron is not None:
+            cron.cancel()
         node = self.nodes.get(partition)
         subscription = self._subscriptions.pop(partition, None)
         if subscription is not None:
