@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import pytest
 
 from tests.conftest import worker_config
 from tests.support import Client
@@ -199,3 +200,110 @@ async def test_durable_ingestion_reaches_each_agents_partition_owner(
         [found] = await client.recall("agent-3", "ingested")
         assert found["content"] == "ingested 3"
         await nc.close()
+
+
+async def test_a_shard_joining_under_load_takes_partitions_over_losing_and_doubling_nothing(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """While stores stream in through two shards, a third starts: the partitions it ranks first
+    for move to it (each after it replayed the partition's log), and afterwards every
+    acknowledged store is there exactly once, with the id it was acknowledged with."""
+    async with shards(nats_url, tmp_path, "s1", "s2") as apps:
+        nc = await nats.connect(nats_url)
+        client = Client(nc)
+        acknowledged: dict[str, str] = {}
+        stop = asyncio.Event()
+
+        async def load() -> None:
+            n = 0
+            while not stop.is_set():
+                content = f"note {n}"
+                agent = f"agent-{n % 24}"
+                n += 1
+                reply = await client.call(
+                    "memory::store", {"agentId": agent, "content": content}, timeout=30
+                )
+                if reply.ok:
+                    acknowledged[content] = reply.body["id"]
+
+        writers = [asyncio.create_task(load()) for _ in range(4)]
+        await asyncio.sleep(1.0)
+        third = ShardApp(shard_config(nats_url, tmp_path, "s3"))
+        await third.start()
+        try:
+            await settled([*apps, third], timeout=6 * TTL)
+            assert any(third.owned(k) for k in range(PARTITIONS))
+            await asyncio.sleep(1.0)
+            stop.set()
+            await asyncio.gather(*writers)
+            assert len(acknowledged) > 50
+            stats = await client.ok("memory::stats", {})
+            assert stats["memories"] == len(acknowledged)  # none lost, none twice
+            for n, (content, memory_id) in enumerate(acknowledged.items()):
+                if n % 10 == 0:  # a sample: the same id again, deduplicated
+                    agent = f"agent-{int(content.split()[1]) % 24}"
+                    again = await client.store(agent, content)
+                    assert again["id"] == memory_id and again["deduplicated"] is True
+        finally:
+            await third.stop()
+        await nc.close()
+
+
+async def test_a_shard_refuses_to_start_against_a_server_without_jetstream(
+    tmp_path: Path,
+) -> None:
+    """A NATS server without JetStream cannot hold the logs: the shard says so and stops."""
+    import re
+    import subprocess
+
+    from worker.embedded import server_binary
+    from worker.shards.log import ShardSetupError
+
+    plain = subprocess.Popen(
+        [server_binary(), "-a", "127.0.0.1", "-p", "-1"],  # no -js
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        assert plain.stderr is not None
+        port = next(
+            int(found.group(1))
+            for raw in plain.stderr
+            if (found := re.search(rb"connections on [\d.]+:(\d+)", raw))
+        )
+        app = ShardApp(shard_config(f"nats://127.0.0.1:{port}", tmp_path, "s1"))
+        with pytest.raises(ShardSetupError, match="JetStream"):
+            await app.start()
+        await app.stop()
+    finally:
+        plain.terminate()
+        plain.wait()
+
+
+async def test_a_client_addressing_an_agent_directly_reaches_its_partitions_owner(
+    tmp_path: Path,
+) -> None:
+    """With the cluster config's mapping (`memory.a.<token>.<verb>` to the partition), a client
+    in the worker's account asks the owner without the forwarding hop."""
+    from tests.conftest import start_nats, stop_nats
+    from worker.shards.partition import agent_token
+
+    conf = tmp_path / "mapping.conf"
+    mapping = "memory.p.{{partition(" + str(PARTITIONS) + ",1)}}.{{wildcard(1)}}.>"
+    conf.write_text(f'mappings: {{"memory.a.*.>": "{mapping}"}}\n')
+    process, url = start_nats(tmp_path / "nats", "-c", str(conf))
+    try:
+        async with shards(url, tmp_path, "s1", "s2"):
+            nc = await nats.connect(url)
+            client = Client(nc, prefix="")
+            token = agent_token("", "direct")
+            reply = await client.raw(
+                f"memory.a.{token}.store",  # not a trigger name: the raw subject
+                b'{"agentId": "direct", "content": "addressed by token"}',
+            )
+            assert reply.ok, reply
+            [found] = await client.recall("direct", "token")
+            assert found["id"] == reply.body["id"]
+            await nc.close()
+    finally:
+        stop_nats(process)
