@@ -43,6 +43,22 @@ def rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
         conn.close()
 
 
+async def replayed(nc: Any, path: Path, last: int) -> apsw.Connection:
+    """A new file with partition 0's log applied up to `last` by the same apply steps."""
+    conn = open_db(path)
+    migrate(conn)
+    replayer = Replayer(all_writes())
+    entries = PartitionLog(nc.jetstream(), 1, 1).read(0, 0)
+    async for entry in entries:
+        with conn:
+            for logged in msgspec.msgpack.decode(entry.data, type=list[LogEntry]):
+                replayer.replay(conn, logged)
+        if entry.seq >= last:
+            break
+    await entries.aclose()
+    return conn
+
+
 async def scenario(client: Client) -> None:
     """Every write trigger that runs sharded, with the cases that decide something."""
     a = (await client.store("a", "the office is in Lisbon", sessionId="s1"))["id"]
@@ -90,17 +106,7 @@ async def test_replaying_a_partitions_log_into_an_empty_file_gives_the_owners_ro
         owner = tmp_path / "s1" / "p0000.db"
         last = app.nodes[0].applied
         copy = tmp_path / "copy.db"
-        conn = open_db(copy)
-        migrate(conn)
-        replayer = Replayer(all_writes())
-        entries = PartitionLog(nc.jetstream(), 1, 1).read(0, 0)
-        async for entry in entries:
-            with conn:
-                for logged in msgspec.msgpack.decode(entry.data, type=list[LogEntry]):
-                    replayer.replay(conn, logged)
-            if entry.seq >= last:
-                break
-        await entries.aclose()
+        conn = await replayed(nc, copy, last)
         conn.close()
         await asyncio.sleep(0.2)  # the owner's last commit is on disk
         expected, replayed = rows(owner), rows(copy)
@@ -160,18 +166,7 @@ async def test_a_shard_runs_the_schedule_for_its_partitions_and_logs_each_claim(
         assert await scheduler.tick() == ["evict"]
         assert await scheduler.tick() == []  # claimed: not again
         assert (await client.ok("memory::stats", {}))["memories"] == 0
-        copy = tmp_path / "copy.db"
-        conn = open_db(copy)
-        migrate(conn)
-        replayer = Replayer(all_writes())
-        entries = PartitionLog(nc.jetstream(), 1, 1).read(0, 0)
-        async for entry in entries:
-            with conn:
-                for logged in msgspec.msgpack.decode(entry.data, type=list[LogEntry]):
-                    replayer.replay(conn, logged)
-            if entry.seq >= node.applied:
-                break
-        await entries.aclose()
+        conn = await replayed(nc, tmp_path / "copy.db", node.applied)
         claims = conn.execute("SELECT job, last_fire FROM schedule_claims").fetchall()
         conn.close()
         [(job, last_fire)] = claims
