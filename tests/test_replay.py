@@ -109,9 +109,9 @@ async def test_replaying_a_partitions_log_into_an_empty_file_gives_the_owners_ro
         conn = await replayed(nc, copy, last)
         conn.close()
         await asyncio.sleep(0.2)  # the owner's last commit is on disk
-        expected, replayed = rows(owner), rows(copy)
+        expected, copied = rows(owner), rows(copy)
         assert expected["memories"] and expected["audit"] and expected["kg_entities"]
-        assert replayed == expected
+        assert copied == expected
     finally:
         await nc.close()
         await app.stop()
