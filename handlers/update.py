@@ -47,11 +47,14 @@ def check_update(req: UpdateRequest, max_content_bytes: int) -> None:
 
 
 class Correction(msgspec.Struct, frozen=True):
-    """An update decided: the memory and the columns it gets, vector included."""
+    """An update decided: the memory, the columns it gets, and with new content its vector
+    (typed apart from the columns, so that it keeps its bytes in any encoding of the decision)."""
 
     agent: Agent
     id: str
     columns: dict[str, Any]
+    vector: bytes | None = None
+    model: str | None = None
 
 
 def plan_update(
@@ -66,6 +69,7 @@ def plan_update(
         state = "not found" if row is None else "forgotten (unforget it first)"
         raise NotFound(f"memory `{req.id}` of agent `{req.agent_id}` {state} - at `$.id`")
     columns: dict[str, Any] = {}
+    vector = None
     if req.content is not UNSET:
         digest = content_hash(req.content)
         clash = conn.execute(
@@ -74,12 +78,9 @@ def plan_update(
         ).fetchone()
         if clash is not None:
             raise Conflict(f"memory `{clash[0]}` of the agent has this content - at `$.content`")
-        columns |= {
-            "content": req.content,
-            "hash": digest,
-            "embedding": None if embedding is None else embedding[1].astype(np.float32).tobytes(),
-            "embedding_model": None if embedding is None else embedding[0],
-        }
+        columns |= {"content": req.content, "hash": digest}
+        if embedding is not None:
+            vector = embedding[1].astype(np.float32).tobytes()
     if req.importance is not UNSET:
         columns["importance"] = req.importance
     if req.metadata is not UNSET:
@@ -93,14 +94,18 @@ def plan_update(
             columns[field] = getattr(req, field)
     if req.tags is not UNSET:
         columns["tags"] = tags_column(req.tags)
-    return Correction(agent, req.id, columns)
+    model = None if vector is None or embedding is None else embedding[0]
+    return Correction(agent, req.id, columns, vector, model)
 
 
 def apply_update(conn: apsw.Connection, plan: Correction) -> UpdateReply:
-    sets = ", ".join(f"{column} = ?" for column in plan.columns)
+    columns = dict(plan.columns)
+    if "content" in columns:  # new content: its vector, or none until the backfill gives one
+        columns |= {"embedding": plan.vector, "embedding_model": plan.model}
+    sets = ", ".join(f"{column} = ?" for column in columns)
     conn.execute(
         f"UPDATE memories SET {sets} WHERE tenant = ? AND agent_id = ? AND id = ?",
-        (*plan.columns.values(), *plan.agent, plan.id),
+        (*columns.values(), *plan.agent, plan.id),
     )
     [updated] = conn.execute(
         f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (plan.id,)

@@ -64,6 +64,7 @@ async def scenario(client: Client) -> None:
     a = (await client.store("a", "the office is in Lisbon", sessionId="s1"))["id"]
     b = (await client.store("a", "mail jane@example.com", role="assistant", sessionId="s1"))["id"]
     await client.store("a", "the office is in Lisbon")  # deduplicated
+    await client.store("a", "past 64 bits", metadata={"n": 2**70, "x": -(2**70)})
     await client.ok("memory::update", {"agentId": "a", "id": a, "content": "the office is in Porto",
                                        "pinned": True, "tags": ["office"]})  # fmt: skip
     await client.ok("memory::forget", {"agentId": "a", "ids": [b]})

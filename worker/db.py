@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -69,12 +70,25 @@ def open_db(path: str | Path, *, synchronous: Synchronous = "full") -> apsw.Conn
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     conn = apsw.Connection(str(path))
     conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-    apsw.bestpractice.connection_wal(conn)
+    _wal(conn)
     apsw.bestpractice.connection_enable_foreign_keys(conn)
     apsw.bestpractice.connection_dqs(conn)
     apsw.bestpractice.connection_recursive_triggers(conn)
     conn.pragma("synchronous", synchronous.upper())
     return conn
+
+
+def _wal(conn: apsw.Connection, attempts: int = 100) -> None:
+    """WAL mode. Switching a brand-new file to WAL takes a lock that SQLite does not wait for
+    (the busy timeout does not apply): processes opening one new file together retry."""
+    for attempt in range(attempts):
+        try:
+            apsw.bestpractice.connection_wal(conn)
+            return
+        except apsw.BusyError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.01)
 
 
 def migrations() -> list[tuple[int, str]]:

@@ -47,7 +47,8 @@ class Write(Generic[D, R]):
 
 class LogEntry(msgspec.Struct, frozen=True, array_like=True):
     """One write as a partition's log holds it: which trigger, when, on whose behalf (the audit
-    row replay records), and its decision as MessagePack."""
+    row replay records), and its decision as JSON: a request's metadata may hold integers past
+    64 bits, which JSON carries and MessagePack cannot."""
 
     trigger: str
     at: int
@@ -64,7 +65,7 @@ class Logged(NamedTuple):
     reply: Any
 
 
-_ENCODER = msgspec.msgpack.Encoder()
+_ENCODER = msgspec.json.Encoder()
 
 
 def decide_and_apply(
@@ -118,7 +119,7 @@ class Replayer:
     def __init__(self, writes: dict[str, Write[Any, Any]]) -> None:
         self.writes = writes
         self._decoders = {
-            trigger: msgspec.msgpack.Decoder(write.decision) for trigger, write in writes.items()
+            trigger: msgspec.json.Decoder(write.decision) for trigger, write in writes.items()
         }
 
     def replay(self, conn: apsw.Connection, entry: LogEntry) -> None:
