@@ -90,7 +90,7 @@ from schema.tasks import (
     TaskPostRequest,
 )
 from schema.usage import UsageQueryReply, UsageQueryRequest, UsageRecordReply, UsageRecordRequest
-from worker import flows, maintenance, state
+from worker import compaction, flows, maintenance, state
 from worker import life as worker_life
 from worker.services import Context
 from worker.storing import STORE, UPDATE
@@ -243,9 +243,10 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "memory::session::compact",
         CompactRequest,
-        flows.session_compact,
+        compaction.session_compact,
         on=FLOW,
         reply_type=CompactReply,
+        write=compaction.COMPACT,
     ),
     Route(
         "memory::session::repair",
