@@ -183,6 +183,7 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
         tasks_claimed=counts["tasks_claimed"],
         tasks_completed=counts["tasks_completed"],
         usage_records=counts["usage_records"],
+        canonical_sessions=counts["canonical_sessions"],
         database_bytes=on_disk,
         in_flight=t.in_flight,
         index_agents=s.index.loaded_agents(),
