@@ -29,6 +29,7 @@ TABLES = {
     "kg_entities": "agent_id, id",
     "kg_relations": "seq",
     "agent_switch": "agent_id",
+    "canonical_sessions": "agent_id, user_id",
     "audit": "seq",
 }
 
@@ -80,6 +81,17 @@ async def scenario(client: Client) -> None:
         {"agentId": "e", "sessionId": "c", "threshold": 2, "keepRecent": 1},
     )
     assert compacted["compacted"] and compacted["summarizer"] == "fallback"
+    for n in range(30):  # a canonical session over two channels, compacted at the 30th
+        body = {
+            "agentId": "f",
+            "userId": "u",
+            "channel": ("slack", "web")[n % 2],
+            "role": ("user", "assistant")[n % 2],
+            "content": f"canonical turn {n}",
+        }
+        assert (await client.ok("memory::canonical::append", body))["messageCount"] == n + 1
+    got = await client.ok("memory::canonical::get", {"agentId": "f", "userId": "u"})
+    assert str(got["summary"]).startswith("Summary of 20 earlier messages")
     old = (await client.store("d", "long ago", timestamp=1, importance=0.1))["id"]
     await client.ok("memory::consolidate", {"decayRate": 0.5})
     evicted = await client.ok("memory::evict", {})  # every partition: here the one
@@ -113,6 +125,7 @@ async def test_replaying_a_partitions_log_into_an_empty_file_gives_the_owners_ro
         await asyncio.sleep(0.2)  # the owner's last commit is on disk
         expected, replayed = rows(owner), rows(copy)
         assert expected["memories"] and expected["audit"] and expected["kg_entities"]
+        assert expected["canonical_sessions"]
         assert replayed == expected
     finally:
         await nc.close()
