@@ -5,6 +5,7 @@ canonical one; memory::canonical::get reads it. Refusals, the memory switch and 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgspec
@@ -173,3 +174,24 @@ async def test_the_python_client_appends_and_gets(nats_url: str, session_worker:
         assert appended.message_count == 1 and appended.id is not None
         got = await memory.canonical_get(CanonicalGetRequest(agent_id="a", user_id="u1"))
         assert (got.last_channel, got.message_count, got.summary) == ("voice", 1, None)
+
+
+async def test_two_appends_reaching_the_threshold_together_compact_once(
+    bus: Client,  # noqa: F811
+    llm: StubLlm,  # noqa: F811
+    captured_logs: list[Any],
+) -> None:
+    """Both plan a compaction while the LLM is slow (it times out: the fallback); the first
+    writes it, the second finds the list changed, leaves it, and its append still succeeds."""
+    await converse(bus, 29)
+    llm.mode = "slow"
+    both = await asyncio.gather(append(bus, "thirty"), append(bus, "thirty-one", "web"))
+    assert sorted(reply.body["messageCount"] for reply in both) == [30, 31]
+    events = (await bus.ok("memory::audit", {"agentId": "a"}))["events"]
+    assert len([e for e in events if e.get("detail", {}).get("compacted")]) == 1
+    listed = await bus.ok("memory::session::get", {"agentId": "a", "sessionId": "canonical:u1"})
+    roles = [m["role"] for m in listed["messages"]]
+    assert roles[0] == "system" and roles.count("system") == 1
+    got = await bus.ok("memory::canonical::get", USER)
+    assert got["messageCount"] == 31 and str(got["summary"]).startswith("Summary of 2")
+    assert "canonical.compaction_raced" in {event["event"] for event in captured_logs}
