@@ -21,8 +21,14 @@ import msgspec
 import structlog
 
 from handlers.audit import Change
-from handlers.canonical import count_message, message_count, session_length, set_summary, user_of
-from handlers.canonical import session_of as canonical_session
+from handlers.canonical import (
+    count_message,
+    message_count,
+    session_length,
+    session_of,
+    set_summary,
+    user_of,
+)
 from schema.base import agent_of, tenant_of
 from schema.canonical import CanonicalAppendReply, CanonicalAppendRequest
 from schema.errors import Unavailable
@@ -60,7 +66,7 @@ def store_request(req: CanonicalAppendRequest) -> StoreRequest:
         agent_id=req.agent_id,
         content=req.content,
         role=req.role,
-        session_id=canonical_session(req.user_id),
+        session_id=session_of(req.user_id),
         metadata={"channel": req.channel},
     )
 
@@ -165,24 +171,19 @@ COMPACT_WRITE: Write[Compacted, CompactReply] = Write(
 )
 # The write this flow commits beyond its trigger's own: what a shard must be able to replay.
 EXTRA_WRITES: dict[str, Write[Any, Any]] = {COMPACT_TRIGGER: COMPACT_WRITE}
-# Section 7's defaults: compacted from 30 messages on, the 10 most recent kept.
-COMPACTION = CompactRequest(agent_id="", session_id="")
 
 
-async def compact(s: Services, req: CanonicalAppendRequest) -> None:
-    """Compact the user's session as memory::session::compact would with its defaults. One that
-    lost a race with another compaction of the same session (two appends crossing the threshold
-    together) leaves it to that one: the append itself is done either way."""
-    creq = CompactRequest(
-        tenant=req.tenant, agent_id=req.agent_id, session_id=canonical_session(req.user_id)
-    )
+async def compact(s: Services, creq: CompactRequest) -> None:
+    """Compact the user's session as memory::session::compact does. One that lost a race with
+    another compaction of the same session (two appends reaching the threshold together) leaves
+    it to that one: the append itself is done either way."""
     prepared = await prepare_compaction(s, creq)
     if isinstance(prepared, CompactReply):
         return  # compacted meanwhile by the other
     try:
         await commit(s, COMPACT_TRIGGER, COMPACT_WRITE, creq, prepared=prepared)
     except Unavailable:
-        log.info("canonical.compaction_raced", trigger=APPEND, agent_id=req.agent_id)
+        log.info("canonical.compaction_raced", trigger=APPEND, agent_id=creq.agent_id)
         return
     backfill_if_unembedded(s, creq, prepared)
 
@@ -195,6 +196,10 @@ async def canonical_append(s: Services, req: CanonicalAppendRequest) -> Canonica
     s.telemetry.sanitizer.count(answer.stored.redactions or {}, answer.stored.flags or [])
     if prepared.embedding is None and answer.stored.stored and s.backfill is not None:
         s.backfill.add(tenant_of(req), req.agent_id)  # deferred, or the embedder failed
-    if answer.session_length >= COMPACTION.threshold:
-        await compact(s, req)
+    # Section 7's defaults: compacted from 30 messages on, the 10 most recent kept.
+    creq = CompactRequest(
+        tenant=req.tenant, agent_id=req.agent_id, session_id=session_of(req.user_id)
+    )
+    if answer.session_length >= creq.threshold:
+        await compact(s, creq)
     return answer.reply
