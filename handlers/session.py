@@ -139,7 +139,10 @@ def apply_compaction(
     summarizer: Literal["llm", "fallback"],
     now: int,
     embedding: Embedding | None = None,
+    summary_id: str | None = None,
 ) -> CompactReply:
+    """`summary_id`: the id the summary memory gets (a write's decision chose it), else a
+    fresh one; a summary the agent holds already keeps its own id (dedup)."""
     require_session(conn, agent_of(req), req.session_id)
     refs = read_messages(conn, agent_of(req), req.session_id)
     if refs[: len(plan.summarized)] != plan.summarized:
@@ -157,6 +160,7 @@ def apply_compaction(
         session_id=req.session_id,
         embedding=embedding,
         append_to_session=False,
+        memory_id=summary_id,
     )
     kept = refs[len(plan.summarized) :]
     summary_ref = (summary_id, "system", plan.last_timestamp)

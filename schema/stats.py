@@ -64,12 +64,15 @@ class StatsReply(Reply, frozen=True, omit_defaults=True):
     entities: int | None
     relations: int | None
     sessions: int | None
-    # Section 14: keys (`shared` included), tasks by status as the board reads now, usage records.
+    # Section 14: keys (`shared` included), tasks by status as the board reads now, usage records
+    # and canonical sessions.
     kv_keys: int | None
     tasks_pending: int | None
     tasks_claimed: int | None
     tasks_completed: int | None
     usage_records: int | None
+    # Canonical sessions: (agent, user) conversations across channels.
+    canonical_sessions: int | None
     database_bytes: int
     in_flight: int
     index_agents: int

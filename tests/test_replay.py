@@ -12,6 +12,7 @@ from typing import Any
 import apsw
 import msgspec
 import nats
+import pytest
 
 from tests.support import Client
 from tests.test_shards import shard_config
@@ -28,6 +29,7 @@ TABLES = {
     "kg_entities": "agent_id, id",
     "kg_relations": "seq",
     "agent_switch": "agent_id",
+    "canonical_sessions": "agent_id, user_id",
     "audit": "seq",
 }
 
@@ -89,6 +91,24 @@ async def scenario(client: Client) -> None:
         await client.store("e", f"part {n} of a long answer", role="assistant", sessionId="r")
     repaired = await client.ok("memory::session::repair", {"agentId": "e", "sessionId": "r"})
     assert repaired["stats"]["consecutiveMerged"] == 2
+    for n in range(3):  # compacted with the fallback summary (no LLM answers here)
+        await client.store("e", f"turn {n} of a chat", sessionId="c", timestamp=10 + n)
+    compacted = await client.ok(
+        "memory::session::compact",
+        {"agentId": "e", "sessionId": "c", "threshold": 2, "keepRecent": 1},
+    )
+    assert compacted["compacted"] and compacted["summarizer"] == "fallback"
+    for n in range(30):  # a canonical session over two channels, compacted at the 30th
+        body = {
+            "agentId": "f",
+            "userId": "u",
+            "channel": ("slack", "web")[n % 2],
+            "role": ("user", "assistant")[n % 2],
+            "content": f"canonical turn {n}",
+        }
+        assert (await client.ok("memory::canonical::append", body))["messageCount"] == n + 1
+    got = await client.ok("memory::canonical::get", {"agentId": "f", "userId": "u"})
+    assert str(got["summary"]).startswith("Summary of 20 earlier messages")
     old = (await client.store("d", "long ago", timestamp=1, importance=0.1))["id"]
     await client.ok("memory::consolidate", {"decayRate": 0.5})
     evicted = await client.ok("memory::evict", {})  # every partition: here the one
@@ -112,6 +132,7 @@ async def test_replaying_a_partitions_log_into_an_empty_file_gives_the_owners_ro
         await asyncio.sleep(0.2)  # the owner's last commit is on disk
         expected, copied = rows(owner), rows(copy)
         assert expected["memories"] and expected["audit"] and expected["kg_entities"]
+        assert expected["canonical_sessions"]
         assert copied == expected
     finally:
         await nc.close()
@@ -121,6 +142,8 @@ async def test_replaying_a_partitions_log_into_an_empty_file_gives_the_owners_ro
 async def test_a_write_without_decide_and_apply_steps_is_refused_sharded_and_writes_nothing(
     nats_url: str, tmp_path: Path
 ) -> None:
+    """Every trigger's write is decide and apply steps now; a writer job that is not (a plain
+    function of the connection) is refused by the owner rather than committed unlogged."""
     app = ShardApp(shard_config(nats_url, tmp_path, "s1", partitions=1))
     await app.start()
     nc = await nats.connect(nats_url)
@@ -128,13 +151,17 @@ async def test_a_write_without_decide_and_apply_steps_is_refused_sharded_and_wri
         client = Client(nc)
         await client.store("a", "one", sessionId="s")
         await client.store("a", "two", sessionId="s")
-        # session::compact is not yet decide and apply steps: refused rather than unlogged
-        reply = await client.call(
-            "memory::session::compact", {"agentId": "a", "sessionId": "s", "threshold": 1,
-                                         "keepRecent": 0},
-        )  # fmt: skip
-        assert reply.code == "500", reply
+        services = app.nodes[0].services
+        assert services is not None
+        with pytest.raises(RuntimeError, match="without decide and apply steps"):
+            await services.writer.run(
+                lambda conn: conn.execute(
+                    "INSERT INTO agent_switch (tenant, agent_id, disabled_at) VALUES ('', 'a', 1)"
+                )
+            )
         assert app.nodes[0].applied == 2  # the two stores, nothing more
+        off = await client.store("a", "three")
+        assert off["stored"], "the switch row was rolled back"
     finally:
         await nc.close()
         await app.stop()

@@ -1,11 +1,18 @@
-"""The Python client's methods for section 14's triggers (key-value, task board, usage), kept
-apart so that worker/client.py stays readable; MemoryClient has them all."""
+"""The Python client's methods for section 14's triggers (key-value, task board, usage,
+canonical sessions), kept apart so that worker/client.py stays readable; MemoryClient has them
+all."""
 
 from __future__ import annotations
 
 from typing import TypeVar
 
 from schema.base import Reply, TriggerRequest
+from schema.canonical import (
+    CanonicalAppendReply,
+    CanonicalAppendRequest,
+    CanonicalGetRequest,
+    CanonicalSession,
+)
 from schema.kv import (
     KvDeleteReply,
     KvDeleteRequest,
@@ -41,6 +48,8 @@ STATE_METHODS = {
     "memory::task::list": "task_list",
     "memory::usage::record": "usage_record",
     "memory::usage::query": "usage_query",
+    "memory::canonical::get": "canonical_get",
+    "memory::canonical::append": "canonical_append",
 }
 
 
@@ -93,3 +102,13 @@ class StateMethods:
         self, request: UsageQueryRequest, *, timeout: float | None = None
     ) -> UsageQueryReply:
         return await self._call("memory::usage::query", request, UsageQueryReply, timeout)
+
+    async def canonical_get(
+        self, request: CanonicalGetRequest, *, timeout: float | None = None
+    ) -> CanonicalSession:
+        return await self._call("memory::canonical::get", request, CanonicalSession, timeout)
+
+    async def canonical_append(
+        self, request: CanonicalAppendRequest, *, timeout: float | None = None
+    ) -> CanonicalAppendReply:
+        return await self._call("memory::canonical::append", request, CanonicalAppendReply, timeout)

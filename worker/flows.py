@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
-from typing import Literal
 
 import apsw
 import msgspec
@@ -19,7 +18,6 @@ from msgspec import UNSET
 
 from handlers import context as context_handler
 from handlers import recall as recall_handler
-from handlers import session
 from handlers.audit import Change
 from handlers.session_repair import repair
 from handlers.state import STATE_COUNTED, state_counts
@@ -33,17 +31,10 @@ from schema.memory import (
     StoreReply,
     StoreRequest,
 )
-from schema.session import (
-    CompactReply,
-    CompactRequest,
-    RepairReply,
-    RepairRequest,
-)
+from schema.session import RepairReply, RepairRequest
 from schema.stats import JobFigures, SanitizerFigures, StatsReply, StatsRequest, TriggerFigures
-from worker.audit import audited
 from worker.db import DAMAGED
 from worker.embedders import Vector
-from worker.llm import summarise
 from worker.maintenance import run_figures
 from worker.recall_index.index import Snapshot
 from worker.services import Services
@@ -192,6 +183,7 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
         tasks_claimed=counts["tasks_claimed"],
         tasks_completed=counts["tasks_completed"],
         usage_records=counts["usage_records"],
+        canonical_sessions=counts["canonical_sessions"],
         database_bytes=on_disk,
         in_flight=t.in_flight,
         index_agents=s.index.loaded_agents(),
@@ -211,32 +203,6 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
         ),
         enabled=enabled,
     )
-
-
-async def session_compact(s: Services, req: CompactRequest) -> CompactReply:
-    plan = await s.readers.run(lambda conn: session.plan_compaction(conn, req))
-    if isinstance(plan, CompactReply):
-        return plan
-    summary = await summarise(s.nc, s.config, plan.chunks)
-    summarizer: Literal["llm", "fallback"] = "llm" if summary else "fallback"
-    text = summary or plan.fallback
-    [vector] = await s.embedder.embed([text], query=False)
-    embedding = None if vector is None else (s.embedder.name, vector)
-    reply = await s.writer.run(
-        audited(
-            lambda conn: session.apply_compaction(
-                conn, req, plan, summary=text, summarizer=summarizer, now=s.clock(),
-                embedding=embedding,
-            ),
-            lambda reply: [Change(agent_of(req), [reply.summary_id] if reply.summary_id else [])],
-            s.clock,
-        )
-    )  # fmt: skip
-    if embedding is None and reply.compacted and s.backfill is not None:
-        s.backfill.add(
-            tenant_of(req), req.agent_id
-        )  # the embedder failed: the summary gets its vector later
-    return reply
 
 
 class Repaired(msgspec.Struct, frozen=True):

@@ -79,6 +79,7 @@ async def render_metrics(telemetry: Telemetry, readers: Readers) -> str:
         ("tasks_claimed", "Tasks claimed and not completed."),
         ("tasks_completed", "Tasks completed."),
         ("usage_records", "Usage records."),
+        ("canonical_sessions", "Canonical sessions: (agent, user) conversations across channels."),
         ("database_bytes", "Size of the database pages in bytes."),
     ):
         family(key, "gauge", text)

@@ -22,9 +22,15 @@ from dataclasses import KW_ONLY, dataclass
 from functools import cached_property
 from typing import Any, Literal
 
-from handlers import audit, kg, kg_delete, kv, life, listing, session, tasks, usage
+from handlers import audit, canonical, kg, kg_delete, kv, life, listing, session, tasks, usage
 from handlers.audit import Change
 from schema.base import Reply, TriggerRequest
+from schema.canonical import (
+    CanonicalAppendReply,
+    CanonicalAppendRequest,
+    CanonicalGetRequest,
+    CanonicalSession,
+)
 from schema.context import ContextReply, ContextRequest
 from schema.kg import KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest
 from schema.kv import (
@@ -90,7 +96,8 @@ from schema.tasks import (
     TaskPostRequest,
 )
 from schema.usage import UsageQueryReply, UsageQueryRequest, UsageRecordReply, UsageRecordRequest
-from worker import flows, maintenance, state
+from worker import canonical as canonical_flow
+from worker import compaction, flows, maintenance, state
 from worker import life as worker_life
 from worker.services import Context
 from worker.storing import STORE, UPDATE
@@ -243,9 +250,10 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "memory::session::compact",
         CompactRequest,
-        flows.session_compact,
+        compaction.session_compact,
         on=FLOW,
         reply_type=CompactReply,
+        write=compaction.COMPACT,
     ),
     Route(
         "memory::session::repair",
@@ -396,6 +404,22 @@ ROUTES: tuple[Route, ...] = (
         on=READER,
         reply_type=UsageQueryReply,
     ),
+    Route(
+        "memory::canonical::get",
+        CanonicalGetRequest,
+        canonical.canonical_get,
+        on=READER,
+        reply_type=CanonicalSession,
+    ),
+    Route(
+        "memory::canonical::append",
+        CanonicalAppendRequest,
+        canonical_flow.canonical_append,
+        on=FLOW,
+        reply_type=CanonicalAppendReply,
+        ingest=True,
+        write=canonical_flow.APPEND_WRITE,
+    ),
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}
 INGESTED = {route.ingest_verb: route.trigger for route in ROUTES if route.ingest}
@@ -406,4 +430,4 @@ def all_writes() -> dict[str, Write[Any, Any]]:
     from worker.shards.cron import CRON_WRITES
 
     routed = {route.trigger: route.writes for route in ROUTES if route.writes is not None}
-    return routed | maintenance.EXTRA_WRITES | CRON_WRITES
+    return routed | maintenance.EXTRA_WRITES | canonical_flow.EXTRA_WRITES | CRON_WRITES

@@ -47,6 +47,7 @@ def render(stats: dict[str, Any]) -> str:
         ("tasks claimed", "tasksClaimed"),
         ("tasks completed", "tasksCompleted"),
         ("usage records", "usageRecords"),
+        ("canonical sessions", "canonicalSessions"),
         ("requests in flight", "inFlight"),
         ("agents in the recall index", "indexAgents"),
     ):

@@ -131,7 +131,7 @@ def apply_store(conn: apsw.Connection, d: Stored) -> tuple[StoreReply, bool]:
     return reply, restores
 
 
-def _detail(rules: list[str], flags: list[str]) -> dict[str, Any] | None:
+def sanitiser_detail(rules: list[str], flags: list[str]) -> dict[str, Any] | None:
     """The audit's word on the sanitiser: which rules fired and the flags, never the text."""
     return {"rules": rules, "flags": flags} if rules or flags else None
 
@@ -146,7 +146,7 @@ def store_changes(d: Stored, done: tuple[StoreReply, bool]) -> list[Change]:
         return [Change(agent_of(d.request), [reply.id], trigger="memory::unforget")]
     if not reply.stored:
         return []
-    return [Change(agent_of(d.request), [reply.id], detail=_detail(d.rules, d.flags))]
+    return [Change(agent_of(d.request), [reply.id], detail=sanitiser_detail(d.rules, d.flags))]
 
 
 def store_reply(d: Stored, done: tuple[StoreReply, bool]) -> StoreReply:
@@ -204,7 +204,7 @@ UPDATE: Write[Corrected, UpdateReply] = Write(
     apply=lambda conn, d: apply_update(conn, d.correction),
     reply=lambda d, reply: msgspec.structs.replace(reply, redactions=d.redactions, flags=d.flags),
     changes=lambda d, reply: [
-        Change(d.correction.agent, [d.correction.id], detail=_detail(d.rules, d.flags))
+        Change(d.correction.agent, [d.correction.id], detail=sanitiser_detail(d.rules, d.flags))
     ],
     prepare=prepare_update,
 )

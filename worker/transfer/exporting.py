@@ -170,6 +170,19 @@ class UsageRecord(Record, frozen=True, tag="usage"):
     tenant: Tenant = DEFAULT_TENANT
 
 
+class CanonicalRecord(Record, frozen=True, tag="canonical"):
+    """A canonical session's row (section 14); its messages travel as the memories and the
+    session `canonical:<userId>` of the agent."""
+
+    agent_id: StoredId
+    user_id: StoredId
+    last_channel: StoredId
+    message_count: Count
+    updated_at: Millis
+    summary: str | None = None
+    tenant: Tenant = DEFAULT_TENANT
+
+
 class End(Record, frozen=True, tag="end"):
     records: Count
 
@@ -184,6 +197,7 @@ AnyRecord = (
     | KvRecord
     | TaskRecord
     | UsageRecord
+    | CanonicalRecord
     | End
 )
 
@@ -203,6 +217,7 @@ AGENT_TABLES = (
     "kv",
     "tasks",
     "usage",
+    "canonical_sessions",
 )
 
 

@@ -84,6 +84,7 @@ class ImportResult:
     kv_written: int = 0
     tasks_added: int = 0
     usage_added: int = 0
+    canonical_written: int = 0
 
     def summary(self) -> str:
         return (
@@ -92,7 +93,8 @@ class ImportResult:
             f"{self.sessions_unchanged} unchanged; entities {self.entities_written} written, "
             f"{self.entities_unchanged} unchanged; relations {self.relations_added} added, "
             f"{self.relations_present} present; keys {self.kv_written} written, tasks "
-            f"{self.tasks_added} added, usage records {self.usage_added} added"
+            f"{self.tasks_added} added, usage records {self.usage_added} added, canonical "
+            f"sessions {self.canonical_written} written"
         )
 
 
@@ -212,6 +214,7 @@ def _apply(conn: apsw.Connection, records: int) -> ImportResult:
         kv_written=state.kv_written,
         tasks_added=state.tasks_added,
         usage_added=state.usage_added,
+        canonical_written=state.canonical_written,
     )
 
 

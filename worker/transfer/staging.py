@@ -18,6 +18,7 @@ from handlers.taxonomy import tags_column
 from worker.transfer.exporting import (
     VERSION,
     AnyRecord,
+    CanonicalRecord,
     End,
     EntityRecord,
     Header,
@@ -223,10 +224,11 @@ def stage(
             _stage_entity(conn, record, tenant, line)
         elif isinstance(record, SwitchRecord):
             _stage_switch(conn, record, tenant, line)
-        elif isinstance(record, KvRecord | TaskRecord | UsageRecord):
+        elif isinstance(record, KvRecord | TaskRecord | UsageRecord | CanonicalRecord):
             repeated = stage_state(conn, record, tenant, line)
             if repeated is not None:
-                raise _at(line, repeated, "key" if isinstance(record, KvRecord) else "id")
+                field = {KvRecord: "key", CanonicalRecord: "userId"}.get(type(record), "id")
+                raise _at(line, repeated, field)
         else:
             conn.execute(
                 "INSERT INTO temp.transfer_relations VALUES (?, ?, ?, ?, ?, ?)",

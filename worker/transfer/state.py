@@ -1,10 +1,12 @@
 """Section 14's state in export files: an agent's keys (and the tenant's `shared` ones), the
-tasks it posted and its usage records; how they are written, staged and applied.
+tasks it posted, its usage records and its canonical sessions; how they are written, staged and
+applied.
 
 What a second import of the same file does: a key is written when the file's version is newer
 than the one here (so the same file changes nothing); tasks and usage records are keyed by their
 ids and added when missing, never overwritten, and a usage record added counts in the day
-totals of its agent at once.
+totals of its agent at once; a canonical session's row is written when it is missing or the
+file's is newer (`updatedAt`) than the one here.
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ import apsw
 import msgspec
 
 from handlers.usage import ADD_TO_DAYS_SQL, DAY_MS
-from worker.transfer.exporting import KvRecord, Record, TaskRecord, UsageRecord
+from worker.transfer.exporting import (
+    CanonicalRecord,
+    KvRecord,
+    Record,
+    TaskRecord,
+    UsageRecord,
+)
 
 STAGE_SQL = """
 CREATE TEMP TABLE transfer_kv (seq INTEGER PRIMARY KEY, tenant, agent_id, key, value, version,
@@ -26,8 +34,12 @@ CREATE TEMP TABLE transfer_tasks (seq INTEGER PRIMARY KEY, tenant, id, agent_id,
     claimed_at, completed_at, UNIQUE (tenant, id));
 CREATE TEMP TABLE transfer_usage (seq INTEGER PRIMARY KEY, tenant, id, agent_id, model,
     prompt_tokens, completion_tokens, cost_usd, timestamp, UNIQUE (tenant, id));
+CREATE TEMP TABLE transfer_canonical (seq INTEGER PRIMARY KEY, tenant, agent_id, user_id, summary,
+    last_channel, message_count, updated_at, UNIQUE (tenant, agent_id, user_id));
 """
-STAGE_TABLES = ("kv", "tasks", "usage")
+STAGE_TABLES = ("kv", "tasks", "usage", "canonical")
+CANONICAL_COLUMNS = "tenant, agent_id, user_id, summary, last_channel, message_count, updated_at"
+StateRecord = KvRecord | TaskRecord | UsageRecord | CanonicalRecord
 TASK_COLUMNS = (
     "tenant, id, agent_id, title, description, assignee, status, claimed_by, claim_timeout, "
     "claim_expires, result, created_at, claimed_at, completed_at"
@@ -66,11 +78,18 @@ def state_records(conn: apsw.Connection, tenant: str, agent_id: str) -> Iterator
             tenant=tenant, id=row[1], agent_id=row[2], model=row[3], prompt_tokens=row[4],
             completion_tokens=row[5], cost_usd=row[6], timestamp=row[7],
         )  # fmt: skip
+    for row in conn.execute(
+        f"SELECT {CANONICAL_COLUMNS} FROM canonical_sessions WHERE tenant = ? AND agent_id = ? "
+        "ORDER BY user_id",
+        key,
+    ):
+        yield CanonicalRecord(
+            tenant=tenant, agent_id=row[1], user_id=row[2], summary=row[3], last_channel=row[4],
+            message_count=row[5], updated_at=row[6],
+        )  # fmt: skip
 
 
-def stage_state(
-    conn: apsw.Connection, r: KvRecord | TaskRecord | UsageRecord, tenant: str, line: int
-) -> str | None:
+def stage_state(conn: apsw.Connection, r: StateRecord, tenant: str, line: int) -> str | None:
     """Stage one record; what it repeats when the file holds it twice, else None."""
     try:
         if isinstance(r, KvRecord):
@@ -88,6 +107,13 @@ def stage_state(
                  r.claimed_by, r.claim_timeout, r.claim_expires, result, r.created_at,
                  r.claimed_at, r.completed_at),
             )  # fmt: skip
+        elif isinstance(r, CanonicalRecord):
+            conn.execute(
+                f"INSERT INTO temp.transfer_canonical (seq, {CANONICAL_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (line, tenant, r.agent_id, r.user_id, r.summary, r.last_channel, r.message_count,
+                 r.updated_at),
+            )  # fmt: skip
         else:
             conn.execute(
                 f"INSERT INTO temp.transfer_usage (seq, {USAGE_COLUMNS}) "
@@ -96,6 +122,8 @@ def stage_state(
                  r.cost_usd, r.timestamp),
             )  # fmt: skip
     except apsw.ConstraintError:
+        if isinstance(r, CanonicalRecord):
+            return "a second record of the same user"
         return "a second record of the same key" if isinstance(r, KvRecord) else "a second id"
     return None
 
@@ -105,6 +133,7 @@ class StateImported:
     kv_written: int
     tasks_added: int
     usage_added: int
+    canonical_written: int
 
 
 def apply_state(conn: apsw.Connection) -> StateImported:
@@ -131,4 +160,12 @@ def apply_state(conn: apsw.Connection) -> StateImported:
         [(tenant, int(str(ts)) // DAY_MS, agent, model, p, c, cost)
          for tenant, ts, agent, model, p, c, cost in added],
     )  # fmt: skip
-    return StateImported(kv_written, tasks_added, len(added))
+    conn.execute(
+        f"INSERT INTO main.canonical_sessions ({CANONICAL_COLUMNS}) "
+        f"SELECT {CANONICAL_COLUMNS} FROM temp.transfer_canonical WHERE true ORDER BY seq "
+        "ON CONFLICT (tenant, agent_id, user_id) DO UPDATE SET summary = excluded.summary, "
+        "last_channel = excluded.last_channel, message_count = excluded.message_count, "
+        "updated_at = excluded.updated_at WHERE excluded.updated_at > canonical_sessions.updated_at"
+    )
+    canonical_written = conn.changes()
+    return StateImported(kv_written, tasks_added, len(added), canonical_written)
