@@ -307,3 +307,43 @@ async def test_a_client_addressing_an_agent_directly_reaches_its_partitions_owne
             await nc.close()
     finally:
         stop_nats(process)
+
+
+async def test_section_14_state_runs_sharded_tenant_boards_and_shared_keys_in_one_partition(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """Keys of an agent live with its memories; `shared` keys and the task board are the
+    tenant's, in the partition of its agent "", whoever asks; usage by model adds up the
+    records of every partition."""
+    async with shards(nats_url, tmp_path, "s1", "s2"):
+        nc = await nats.connect(nats_url)
+        client = Client(nc)
+        for n in range(8):
+            await client.ok("memory::kv::set", {"agentId": f"agent-{n}", "key": "k", "value": n})
+            await client.ok(
+                "memory::usage::record",
+                {"agentId": f"agent-{n}", "model": "m", "promptTokens": 10, "completionTokens": 1},
+            )
+        await client.ok("memory::kv::set", {"namespace": "shared", "key": "s", "value": 1})
+        got = await client.ok("memory::kv::get", {"namespace": "shared", "key": "s"})
+        assert got["value"] == 1
+        assert (await client.ok("memory::kv::get", {"agentId": "agent-5", "key": "k"}))[
+            "value"
+        ] == 5
+        posted = await client.ok("memory::task::post", {"title": "t", "createdBy": "agent-1"})
+        claimed = await client.ok("memory::task::claim", {"agentId": "agent-6"})
+        assert claimed["task"]["taskId"] == posted["taskId"]
+        done = await client.ok(
+            "memory::task::complete",
+            {"agentId": "agent-6", "taskId": posted["taskId"], "result": {"ok": True}},
+        )
+        assert done["task"]["status"] == "completed"
+        listed = await client.ok("memory::task::list", {})
+        assert [task["taskId"] for task in listed["tasks"]] == [posted["taskId"]]
+        usage = await client.ok("memory::usage::query", {"groupBy": "model"})
+        assert usage["groups"] == [
+            {"key": "m", "promptTokens": 80, "completionTokens": 8, "costUsd": 0.0, "events": 8}
+        ]
+        by_agent = await client.ok("memory::usage::query", {"groupBy": "agent"})
+        assert len(by_agent["groups"]) == 8 and by_agent["total"]["events"] == 8
+        await nc.close()

@@ -22,6 +22,7 @@ import structlog
 from handlers.audit import Call
 from schema.base import tenant_of
 from schema.errors import Unavailable, WorkerError, error_reply
+from schema.usage import UsageGroup, UsageQueryReply, UsageTotals
 from worker.audit import CALL
 from worker.client_errors import refusal
 from worker.dispatch import execute
@@ -33,7 +34,14 @@ from worker.shards.partition import agent_token, partition_of_token
 
 log = structlog.get_logger()
 # What runs on every partition when no agent is named (SCALE.md "Across agents").
-FANNED_OUT = frozenset({"memory::evict", "memory::consolidate", "memory::stats"})
+FANNED_OUT = frozenset(
+    {"memory::evict", "memory::consolidate", "memory::stats", "memory::usage::query"}
+)
+# A tenant's task board is one, whoever posts or claims: it lives in the partition of the
+# tenant's agent "" (as do its `shared` keys).
+TENANT_WIDE = frozenset(
+    {"memory::task::post", "memory::task::claim", "memory::task::complete", "memory::task::list"}
+)
 ALL_AGENTS = "_"  # the token of a fanned-out request's subject
 SOURCE = "Memory-Source"
 REQUESTER = "Memory-Requester"
@@ -65,9 +73,9 @@ class Router:
         self._encoder = msgspec.json.Encoder()
 
     async def __call__(self, route: Route, request: Any) -> Any:
-        agent_id = getattr(request, "agent_id", None)
-        if isinstance(agent_id, str):
-            token = agent_token(tenant_of(request), agent_id)
+        owner = owner_of(route, request)
+        if owner is not None:
+            token = agent_token(*owner)
             return await self._at(partition_of_token(token, self.partitions), token, route, request)
         if route.trigger not in FANNED_OUT:
             raise Unavailable(
@@ -89,7 +97,10 @@ class Router:
                 f"{route.trigger}: partitions {missing} did not answer (no owner yet?); "
                 "the others did, retry for all"
             )
-        return added_up(replies)
+        answered = [reply for reply in replies if not isinstance(reply, BaseException)]
+        if route.trigger == "memory::usage::query":
+            return usage_added_up(answered)
+        return added_up(answered)
 
     async def _at(self, partition: int, token: str, route: Route, request: Any) -> Any:
         node = self.owned(partition)
@@ -126,6 +137,42 @@ class Router:
                 await asyncio.sleep(RETRY_S)  # it stepped down meanwhile: ask the next owner
                 continue
             raise error
+
+
+def owner_of(route: Route, request: Any) -> tuple[str, str] | None:
+    """The (tenant, agentId) whose partition holds what the request acts on; None for a request
+    over every agent."""
+    tenant = tenant_of(request)
+    if route.trigger in TENANT_WIDE:
+        return (tenant, "")
+    agent_id = getattr(request, "agent_id", None)
+    if isinstance(agent_id, str):
+        return (tenant, agent_id)
+    if getattr(request, "namespace", None) == "shared":
+        return (tenant, "")
+    return None
+
+
+def usage_added_up(replies: list[UsageQueryReply]) -> UsageQueryReply:
+    """Usage groups of every partition merged by key (an agent's records are all in one
+    partition; a model's or a day's are spread), totals summed."""
+    groups: dict[str, list[UsageGroup]] = {}
+    for reply in replies:
+        for group in reply.groups:
+            groups.setdefault(group.key, []).append(group)
+
+    def summed(parts: list[Any]) -> dict[str, Any]:
+        return {
+            "prompt_tokens": sum(p.prompt_tokens for p in parts),
+            "completion_tokens": sum(p.completion_tokens for p in parts),
+            "cost_usd": sum(p.cost_usd for p in parts),
+            "events": sum(p.events for p in parts),
+        }
+
+    return UsageQueryReply(
+        groups=[UsageGroup(key=key, **summed(parts)) for key, parts in sorted(groups.items())],
+        total=UsageTotals(**summed([reply.total for reply in replies])),
+    )
 
 
 def added_up(replies: list[Any]) -> Any:
