@@ -17,6 +17,7 @@ import nats
 
 from tests.conftest import worker_config
 from tests.support import Client
+from tests.test_cli import free_port
 from tests.test_shards import PARTITIONS, settled, shard_config
 from worker.app import App
 from worker.shards.app import ShardApp
@@ -140,9 +141,9 @@ async def test_split_puts_every_row_in_its_agents_partition_and_shards_answer_wi
     refused = await asyncio.to_thread(
         split, "--db", str(db), "--out", str(tmp_path / "again"), "--upload", nats_url=nats_url
     )
-    assert refused.returncode == 1 and "--upload: the snapshot bucket already holds" in (
-        refused.stderr
-    )
+    assert refused.returncode == 1, refused.stderr
+    assert "--upload: the snapshot bucket already holds p0000.a" in refused.stderr
+    assert not (tmp_path / "again").exists()  # refused before anything was written
 
 
 async def test_split_refuses_a_non_empty_out_dir_a_missing_database_and_bad_partitions(
@@ -162,6 +163,13 @@ async def test_split_refuses_a_non_empty_out_dir_a_missing_database_and_bad_part
     missing = await asyncio.to_thread(split, "--db", str(tmp_path / "no.db"), "--out", str(fresh))
     assert missing.returncode == 1 and "--db: no database at" in missing.stderr
     assert not (tmp_path / "no.db").exists() and not fresh.exists()
+
+    closed = f"nats://127.0.0.1:{free_port()}"
+    unreachable = await asyncio.to_thread(
+        split, "--db", str(db), "--out", str(fresh), "--upload", nats_url=closed
+    )
+    assert unreachable.returncode == 3 and "127.0.0.1" in unreachable.stderr
+    assert not fresh.exists()
 
     for bad in ("0", "1025", "many"):
         usage = await asyncio.to_thread(split, "--db", str(db), "--partitions", bad, "--out", "x")

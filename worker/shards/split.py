@@ -168,9 +168,15 @@ def split_database(db: Path, out: Path, partitions: int) -> dict[str, int]:
     return copied
 
 
-async def upload(config: Config, url: str, out: Path, partitions: int) -> int:
-    """Each file as partition k's snapshot at sequence 0; refused when the cluster holds any
-    snapshot or logged write already (a running cluster's data is never replaced)."""
+def _report(db: str, out: Path, partitions: int, copied: dict[str, int]) -> None:
+    rows = ", ".join(f"{count} {table}" for table, count in copied.items() if count)
+    print(f"split {db} into {partitions} files in {out}: {rows or 'no rows'}", file=sys.stderr)
+
+
+async def split_and_upload(config: Config, url: str, out: Path, partitions: int) -> int:
+    """Split, then upload each file as partition k's snapshot at sequence 0; bytes sent. Refused
+    before anything is written when the cluster holds any snapshot or logged write already (a
+    running cluster's data is never replaced)."""
     import nats.js.errors
 
     from worker.bus import connect
@@ -195,6 +201,8 @@ async def upload(config: Config, url: str, out: Path, partitions: int) -> int:
                         f"--upload: stream {stream_name(partition)} already holds writes; "
                         "shard-split uploads only to a cluster without data"
                     )
+        copied = await asyncio.to_thread(split_database, Path(config.db_path), out, partitions)
+        _report(config.db_path, out, partitions, copied)
         total = 0
         for partition in range(partitions):
             sent = await snapshots.upload(partition, partition_file(out, partition), 0, "a")
@@ -210,24 +218,17 @@ def split_command(config: Config, args: argparse.Namespace) -> int:
     from worker.commands import client_url
 
     partitions = config.partitions if args.partitions is None else args.partitions
-    out = Path(args.out)
+    out, db = Path(args.out), Path(config.db_path)
     try:
-        copied = split_database(Path(config.db_path), out, partitions)
-    except (SplitError, apsw.Error, OSError) as error:
-        print(f"memory-worker shard-split: {error}", file=sys.stderr)
-        return 1
-    rows = ", ".join(f"{count} {table}" for table, count in copied.items() if count)
-    print(f"split {config.db_path} into {partitions} files in {out}: {rows or 'no rows'}",
-          file=sys.stderr)  # fmt: skip
-    if not args.upload:
-        return 0
-    url = client_url(config, args.nats_url)
-    try:
-        sent = asyncio.run(upload(config, url, out, partitions))
+        if not args.upload:
+            _report(config.db_path, out, partitions, split_database(db, out, partitions))
+            return 0
+        url = client_url(config, args.nats_url)
+        sent = asyncio.run(split_and_upload(config, url, out, partitions))
     except ConnectionFailed as error:
         print(f"memory-worker shard-split: {error}", file=sys.stderr)
         return Exit.UNREACHABLE
-    except Exception as error:
+    except Exception as error:  # refusals name the flag; NATS and SQLite errors say what failed
         print(f"memory-worker shard-split: {error}", file=sys.stderr)
         return 1
     print(f"uploaded {partitions} snapshots at sequence 0 ({sent} bytes)", file=sys.stderr)
