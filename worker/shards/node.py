@@ -97,7 +97,11 @@ class PartitionNode:
     async def open(self) -> None:
         config = self.config
         if self.restore is not None and not self.path.exists():
-            await self.restore(self.partition, self.path)
+            # Only a log that was trimmed, or holds nothing yet (a cluster started from
+            # shard-split's snapshots), needs the bucket: a whole log is replayed from 1.
+            first, last = await self.plog.bounds(self.partition)
+            if last == 0 or first > 1:
+                await self.restore(self.partition, self.path)
         readers = Readers(self.path)
         index = MemoryIndex(readers, config.index_memory_mb * 1024 * 1024, wall_clock_ms)
         # The log is the durable copy: the file need not sync every commit.
