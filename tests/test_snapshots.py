@@ -9,6 +9,7 @@ import asyncio
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nats
 
@@ -17,6 +18,7 @@ from tests.test_replay import rows
 from tests.test_shards import PARTITIONS, TTL, shard_config, shards
 from worker.shards.app import ShardApp
 from worker.shards.node import PartitionNode
+from worker.shards.snapshot import snapshot_forever
 
 
 def partition_file(root: Path, shard: str, partition: int) -> Path:
@@ -64,6 +66,34 @@ async def test_a_new_shard_with_an_empty_data_dir_restores_the_snapshot_and_repl
             found = {memory["id"] for memory in await client.recall(agent, agent)}
             assert found == ids[agent] and len(found) == 2, agent
     await nc.close()
+
+
+async def test_the_owners_task_snapshots_each_changed_partition_every_interval(
+    nats_url: str, tmp_path: Path
+) -> None:
+    nc = await nats.connect(nats_url)
+    async with shards(nats_url, tmp_path, "s1") as (app,):
+        assert app.snapshots is not None
+        await Client(nc).store("agent-0", "a note")
+        changed = next(node for node in app.nodes.values() if node.applied > 0)
+        task = asyncio.create_task(snapshot_forever(app.snapshots, app.nodes.values, 0.2))
+        try:
+            await wait_for_async(lambda: app.snapshots.kept(changed.partition))  # type: ignore[union-attr]
+            kept = await app.snapshots.kept(changed.partition)
+            assert [s.applied for s in kept] == [changed.applied]  # one, not one per interval
+            await asyncio.sleep(0.5)
+            assert await app.snapshots.kept(changed.partition) == kept
+        finally:
+            task.cancel()
+    await nc.close()
+
+
+async def wait_for_async(found: Callable[[], Any], timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await found():
+        assert loop.time() < deadline, "not within the time"
+        await asyncio.sleep(0.1)
 
 
 async def test_a_shard_whose_file_is_older_than_the_trimmed_log_restores_the_snapshot_first(
