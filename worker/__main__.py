@@ -102,7 +102,31 @@ def _parser() -> argparse.ArgumentParser:
     imp.add_argument("file", help="a file written by export, or - for stdin")
     imp.add_argument("--db", dest="db_path", help="SQLite file (default ./data/memory.db)")
     imp.add_argument("--tenant", help="put every record into this tenant (default: each its own)")
+    split = commands.add_parser(
+        "shard-split", help="one file per partition from a single database, for sharded mode"
+    )
+    split.add_argument("--db", dest="db_path", help="SQLite file (default ./data/memory.db)")
+    split.add_argument(
+        "--partitions",
+        type=_partitions,
+        help="how many (default: MEMORY_WORKER_PARTITIONS, 64); fixed for the cluster's life",
+    )
+    split.add_argument("--out", required=True, help="a new or empty directory for the files")
+    split.add_argument(
+        "--upload", action="store_true", help="put them in the snapshot bucket at sequence 0"
+    )
+    split.add_argument("--nats-url", help="NATS server (default: MEMORY_WORKER_NATS_URL)")
     return parser
+
+
+def _partitions(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= 1024:
+        raise argparse.ArgumentTypeError(f"{value} is not between 1 and 1024")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -160,6 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return import_command(config, args)
     if args.command == "migrate":
         return _migrate(config.db_path)
+    if args.command == "shard-split":
+        from worker.shards.split import split_command
+
+        return split_command(config, args)
     return 0
 
 

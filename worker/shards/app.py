@@ -37,6 +37,7 @@ from worker.shards.lease import Leases, open_bucket, preference
 from worker.shards.log import PartitionLog, ShardSetupError
 from worker.shards.node import PartitionNode
 from worker.shards.router import Router, serve_partition
+from worker.shards.snapshot import Snapshots, open_store, snapshot_forever
 from worker.telemetry import Telemetry
 from worker.tenancy import Grants, load_grants
 from worker.writer import Writer
@@ -92,6 +93,8 @@ class ShardApp:
         self._free_since: dict[int, float] = {}
         self._service: MemoryService | None = None
         self._balancer: asyncio.Task[None] | None = None
+        self.snapshots: Snapshots | None = None
+        self._snapshotter: asyncio.Task[None] | None = None
         self._embedder: Any = None
         self._replayer = Replayer(all_writes())
         self._serving: set[asyncio.Task[None]] = set()
@@ -123,6 +126,8 @@ class ShardApp:
         await _patiently(plog.ensure)
         kv = await _patiently(lambda: open_bucket(js, config.lease_ttl, config.replicas))
         self.leases = Leases(kv, self.name, config.lease_ttl)
+        store = await _patiently(lambda: open_store(js, config.replicas))
+        self.snapshots = Snapshots(js, store, config.partitions)
         self._embedder = make_embedder(config, nc)
         front = Front(config, load_grants(config), self.telemetry)
         router = Router(
@@ -140,6 +145,10 @@ class ShardApp:
             await _patiently(self._ingest.start)
         await self._balance_once()
         self._balancer = asyncio.create_task(self._balance_forever())
+        owned = lambda: [node for node in self.nodes.values() if node.owner]  # noqa: E731
+        self._snapshotter = asyncio.create_task(
+            snapshot_forever(self.snapshots, owned, config.snapshot_interval)
+        )
         log.info("shard.started", shard=self.name, partitions=config.partitions)
 
     def _services(self, writer: Writer, readers: Readers, index: MemoryIndex) -> Services:
@@ -200,8 +209,15 @@ class ShardApp:
     async def _node(self, partition: int) -> PartitionNode:
         node = self.nodes.get(partition)
         if node is None:
-            assert self.plog is not None
-            node = PartitionNode(partition, self.config, self._services, self.plog, self._replayer)
+            assert self.plog is not None and self.snapshots is not None
+            node = PartitionNode(
+                partition,
+                self.config,
+                self._services,
+                self.plog,
+                self._replayer,
+                restore=self.snapshots.restore,
+            )
             await node.open()
             self.nodes[partition] = node
         return node
@@ -266,10 +282,11 @@ class ShardApp:
             await node.close()
 
     async def stop(self) -> None:
-        if self._balancer is not None:
-            self._balancer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._balancer
+        for task in (self._balancer, self._snapshotter):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._ingest is not None:
             await self._ingest.stop(timeout=DRAIN_SECONDS)
         if self._service is not None:

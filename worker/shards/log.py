@@ -94,6 +94,12 @@ class PartitionLog:
         info = await self.js.stream_info(stream_name(partition))
         return int(info.state.last_seq)
 
+    async def bounds(self, partition: int) -> tuple[int, int]:
+        """The first sequence the log still holds (above the last once all is trimmed) and its
+        last."""
+        info = await self.js.stream_info(stream_name(partition))
+        return int(info.state.first_seq), int(info.state.last_seq)
+
     async def append(self, partition: int, data: bytes, *, after: int) -> int:
         """Add one batch after sequence `after` (the last this shard applied); its sequence.
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,8 @@ class _Replayed:
 
 
 REPLAYED = _Replayed()
+# Puts the newest snapshot of a partition at a path; the sequence it applied, None if none.
+Restore = Callable[[int, Path], Awaitable[int | None]]
 
 
 class PartitionNode:
@@ -69,13 +71,17 @@ class PartitionNode:
         plog: PartitionLog,
         replayer: Replayer,
         lease_fresh: Callable[[], bool] = lambda: True,
+        restore: Restore | None = None,
     ) -> None:
         """`build` makes the services a flow is handed from this partition's writer, readers
         and index, and what the shard shares (embedder, NATS, telemetry). `lease_fresh` says
         whether this shard's lease on the partition was renewed within a TTL by its own clock:
-        a shard that was paused longer than that writes nothing before it has looked again."""
+        a shard that was paused longer than that writes nothing before it has looked again.
+        `restore` fetches a snapshot (worker/shards/snapshot.py) when the file is missing or
+        the log no longer reaches back to it."""
         self.partition = partition
         self.lease_fresh = lease_fresh
+        self.restore = restore
         self.config = config
         self.plog = plog
         self.replayer = replayer
@@ -90,6 +96,12 @@ class PartitionNode:
 
     async def open(self) -> None:
         config = self.config
+        if self.restore is not None and not self.path.exists():
+            # Only a log that was trimmed, or holds nothing yet (a cluster started from
+            # shard-split's snapshots), needs the bucket: a whole log is replayed from 1.
+            first, last = await self.plog.bounds(self.partition)
+            if last == 0 or first > 1:
+                await self.restore(self.partition, self.path)
         readers = Readers(self.path)
         index = MemoryIndex(readers, config.index_memory_mb * 1024 * 1024, wall_clock_ms)
         # The log is the durable copy: the file need not sync every commit.
@@ -143,12 +155,38 @@ class PartitionNode:
         return REPLAYED
 
     async def catch_up(self) -> int:
-        """Apply every batch the log holds beyond this file; how many."""
+        """Apply every batch the log holds beyond this file, from a snapshot first if the log
+        was trimmed past it; how many batches."""
+        try:
+            return await self._catch_up()
+        except LogGap as gap:
+            await self._restore_after(gap)
+            return await self._catch_up()
+
+    async def _restore_after(self, gap: LogGap) -> None:
+        """Reopen the partition from its newest snapshot, or raise the gap if there is none."""
+        if self.restore is None:
+            raise gap
+        log.info("shard.log_gap", partition=self.partition, applied=self.applied, gap=str(gap))
+        self._shut()
+        restored = await self.restore(self.partition, self.path)
+        await self.open()
+        if restored is None:
+            raise gap
+
+    async def _catch_up(self) -> int:
+        if self.services is None:  # a restore was cut short: the file is the old or the new one
+            await self.open()
         assert self.services is not None
-        last = await self.plog.last_seq(self.partition)
+        first, last = await self.plog.bounds(self.partition)
         applied = 0
         if last <= self.applied:
             return 0
+        if first > self.applied + 1:
+            raise LogGap(
+                f"partition {self.partition}: the log starts at {first}, this file applied "
+                f"{self.applied}"
+            )
         entries = self.plog.read(self.partition, self.applied)
         try:
             async for entry in entries:
@@ -168,6 +206,17 @@ class PartitionNode:
             self._follower = self.loop.create_task(self._follow())
 
     async def _follow(self) -> None:
+        while True:
+            try:
+                return await self._follow_log()
+            except LogGap as gap:  # a standby that fell behind the trim
+                try:
+                    await self._restore_after(gap)
+                except Exception as error:
+                    log.error("shard.restore_failed", partition=self.partition, error=str(error))
+                    return
+
+    async def _follow_log(self) -> None:
         assert self.services is not None
         entries = self.plog.read(self.partition, self.applied)
         try:
@@ -175,7 +224,7 @@ class PartitionNode:
                 await self.services.writer.run(
                     lambda conn, e=entry: self._replay(conn, e.seq, e.data)  # type: ignore[misc]
                 )
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, LogGap):
             raise
         except Exception as error:
             log.error("shard.follow_failed", partition=self.partition, error=str(error))
@@ -192,9 +241,13 @@ class PartitionNode:
     async def close(self) -> None:
         self.owner = False
         await self.stop_following()
+        self._shut()
+
+    def _shut(self) -> None:
         if self.services is not None:
             self.services.writer.stop()
             self.services.readers.close()
+            self.services = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
