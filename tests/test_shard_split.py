@@ -81,9 +81,13 @@ def counts(path: Path) -> dict[str, int]:
 
 
 def agents_in(path: Path) -> set[tuple[str, str]]:
+    """The agents whose rows the file holds; a task is the tenant's (agent '')."""
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        union = " UNION ".join(f"SELECT tenant, agent_id FROM {table}" for table in TABLES)
+        agent = {"tasks": "''"}
+        union = " UNION ".join(
+            f"SELECT tenant, {agent.get(table, 'agent_id')} FROM {table}" for table in TABLES
+        )
         return {(tenant, agent) for tenant, agent in conn.execute(union)}
     finally:
         conn.close()

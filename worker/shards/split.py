@@ -8,7 +8,8 @@ renumbers sequences and skips the audit, and a copy needs no format. Where rows 
 of their own go:
 - the tenant's `shared` keys are stored under agent '' (handlers/kv.py), so they and their audit
   rows go to the partition of agent '' of that tenant;
-- a task goes with the agent that posted it (`agent_id`), whoever it is assigned to;
+- a tenant's task board is one (worker/shards/router.py routes every task trigger there): its
+  tasks go to the partition of agent '' too, whoever posted them;
 - `schedule_claims` (the single worker's cron claims) stays behind: shards claim fire times in the
   log. Any other table without both columns is refused rather than dropped.
 
@@ -97,6 +98,10 @@ def _create(out: Path, partitions: int) -> list[apsw.Connection]:
     return conns
 
 
+# Tables whose rows are the tenant's, not an agent's: in the partition of the tenant's agent ''.
+TENANT_WIDE_TABLES = frozenset({"tasks"})
+
+
 def _copy_table(
     source: apsw.Connection, conns: list[apsw.Connection], table: str, columns: list[str]
 ) -> int:
@@ -104,11 +109,12 @@ def _copy_table(
     names = ", ".join(f'"{column}"' for column in columns)
     insert = f'INSERT INTO "{table}" ({names}) VALUES ({", ".join("?" * len(columns))})'
     tenant, agent = columns.index("tenant"), columns.index("agent_id")
+    board = table in TENANT_WIDE_TABLES
     where: dict[tuple[str, str], int] = {}
     pending: list[list[Any]] = [[] for _ in conns]
     count = 0
     for row in source.execute(f'SELECT {names} FROM "{table}"'):
-        key = (row[tenant], row[agent])
+        key = (row[tenant], "" if board else row[agent])
         partition = where.get(key)
         if partition is None:
             partition = where[key] = partition_of(key[0], key[1], partitions)
