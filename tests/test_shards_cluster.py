@@ -109,10 +109,14 @@ async def test_kill_9_of_the_lease_leader_and_a_shard_under_load_loses_no_acknow
         stop = asyncio.Event()
         writer = asyncio.create_task(load(client, acknowledged, stop))
         await asyncio.sleep(2)
-        info = await nc.jetstream().stream_info(f"KV_{BUCKET}")
+        js = nc.jetstream()
+        held = [await lease_holder(js, k) for k in range(PARTITIONS)]
+        victim = max(shards, key=lambda shard: held.count(shard.name))
+        assert held.count(victim.name) > 0  # it owns partitions: their agents must move
+        info = await js.stream_info(f"KV_{BUCKET}")
         assert info.cluster is not None
         cluster.kill(cluster.node(str(info.cluster.leader)))
-        kill_shard(shards[0])
+        kill_shard(victim)
         back = await every_agent_answers(client, timeout=6 * TTL)
         await asyncio.sleep(2)
         stop.set()
