@@ -22,12 +22,12 @@ import structlog
 from handlers.audit import Call
 from schema.base import tenant_of
 from schema.errors import Unavailable, WorkerError, error_reply
-from schema.usage import UsageGroup, UsageQueryReply, UsageTotals
 from worker.audit import CALL
 from worker.client_errors import refusal
 from worker.dispatch import execute
 from worker.outgoing import ERROR_CODE, ERROR_TEXT
 from worker.registry import ROUTES, Route
+from worker.shards.fanout import ALL_AUDIT, added_up, audit_pages, usage_added_up
 from worker.shards.log import Superseded
 from worker.shards.node import NotOwner, PartitionNode
 from worker.shards.partition import agent_token, partition_of_token
@@ -35,7 +35,7 @@ from worker.shards.partition import agent_token, partition_of_token
 log = structlog.get_logger()
 # What runs on every partition when no agent is named (SCALE.md "Across agents").
 FANNED_OUT = frozenset(
-    {"memory::evict", "memory::consolidate", "memory::stats", "memory::usage::query"}
+    {"memory::evict", "memory::consolidate", "memory::stats", "memory::usage::query", ALL_AUDIT}
 )
 # A tenant's task board is one, whoever posts or claims: it lives in the partition of the
 # tenant's agent "" (as do its `shared` keys).
@@ -87,20 +87,32 @@ class Router:
     async def _fan_out(self, route: Route, request: Any) -> Any:
         """Every partition's owner runs it over its own agents; the replies add up. A
         partition without an owner is named in the refusal, never silently left out."""
-        replies = await asyncio.gather(
-            *(self._at(k, ALL_AGENTS, route, request) for k in range(self.partitions)),
-            return_exceptions=True,
-        )
-        missing = [k for k, reply in enumerate(replies) if isinstance(reply, BaseException)]
-        if missing:
-            raise Unavailable(
-                f"{route.trigger}: partitions {missing} did not answer (no owner yet?); "
-                "the others did, retry for all"
-            )
-        answered = [reply for reply in replies if not isinstance(reply, BaseException)]
+        if route.trigger == ALL_AUDIT:
+            return await audit_pages(request, self.partitions, self._every(route))
+        replies = await self._every(route)({k: request for k in range(self.partitions)})
+        answered = [replies[k] for k in range(self.partitions)]
         if route.trigger == "memory::usage::query":
             return usage_added_up(answered)
         return added_up(answered)
+
+    def _every(self, route: Route) -> Any:
+        """Ask each partition named its own request; their replies by partition."""
+
+        async def ask(requests: dict[int, Any]) -> dict[int, Any]:
+            found = await asyncio.gather(
+                *(self._at(k, ALL_AGENTS, route, r) for k, r in requests.items()),
+                return_exceptions=True,
+            )
+            replies = dict(zip(requests, found, strict=True))
+            missing = [k for k, reply in replies.items() if isinstance(reply, BaseException)]
+            if missing:
+                raise Unavailable(
+                    f"{route.trigger}: partitions {missing} did not answer (no owner yet?); "
+                    "the others did, retry for all"
+                )
+            return replies
+
+        return ask
 
     async def _at(self, partition: int, token: str, route: Route, request: Any) -> Any:
         node = self.owned(partition)
@@ -151,48 +163,6 @@ def owner_of(route: Route, request: Any) -> tuple[str, str] | None:
     if getattr(request, "namespace", None) == "shared":
         return (tenant, "")
     return None
-
-
-def usage_added_up(replies: list[UsageQueryReply]) -> UsageQueryReply:
-    """Usage groups of every partition merged by key (an agent's records are all in one
-    partition; a model's or a day's are spread), totals summed."""
-    groups: dict[str, list[UsageGroup]] = {}
-    for reply in replies:
-        for group in reply.groups:
-            groups.setdefault(group.key, []).append(group)
-
-    def summed(parts: list[Any]) -> dict[str, Any]:
-        return {
-            "prompt_tokens": sum(p.prompt_tokens for p in parts),
-            "completion_tokens": sum(p.completion_tokens for p in parts),
-            "cost_usd": sum(p.cost_usd for p in parts),
-            "events": sum(p.events for p in parts),
-        }
-
-    return UsageQueryReply(
-        groups=[UsageGroup(key=key, **summed(parts)) for key, parts in sorted(groups.items())],
-        total=UsageTotals(**summed([reply.total for reply in replies])),
-    )
-
-
-def added_up(replies: list[Any]) -> Any:
-    """One reply from a partition each: counts summed (a null count stays null only if every
-    partition's is), durations the longest, everything else the first partition's (request
-    figures and the schedule are the answering shard's)."""
-    first = replies[0]
-    values: dict[str, Any] = {}
-    for name in first.__struct_fields__:
-        found = [getattr(reply, name) for reply in replies]
-        if any(isinstance(value, bool) for value in found):
-            continue
-        numbers = [value for value in found if isinstance(value, int | float)]
-        if not numbers or len(numbers) + found.count(None) != len(found):
-            continue
-        if all(isinstance(value, int) for value in numbers):
-            values[name] = sum(numbers)
-        else:
-            values[name] = max(numbers)
-    return msgspec.structs.replace(first, **values)
 
 
 async def serve_partition(

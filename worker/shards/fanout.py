@@ -1,0 +1,102 @@
+"""What a request over every agent gets from the partitions that hold them, added up into one
+reply (SCALE.md "Across agents"): counts summed, usage groups merged by key, and the audit as
+one listing, oldest first, whose cursor says how far each partition has been read."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from handlers.cursors import decode_cursor, encode_cursor
+from schema.life import AuditEvent, AuditReply, AuditRequest
+from schema.usage import UsageGroup, UsageQueryReply, UsageTotals
+
+ALL_AUDIT = "memory::audit"
+DONE = -1  # a partition whose audit has been read to its end
+
+Ask = Callable[[dict[int, Any]], Awaitable[dict[int, Any]]]
+
+
+def added_up(replies: list[Any]) -> Any:
+    """One reply from a partition each: counts summed (a null count stays null only if every
+    partition's is), durations the longest, everything else the first partition's (request
+    figures and the schedule are the answering shard's)."""
+    first = replies[0]
+    values: dict[str, Any] = {}
+    for name in first.__struct_fields__:
+        found = [getattr(reply, name) for reply in replies]
+        if any(isinstance(value, bool) for value in found):
+            continue
+        numbers = [value for value in found if isinstance(value, int | float)]
+        if not numbers or len(numbers) + found.count(None) != len(found):
+            continue
+        if all(isinstance(value, int) for value in numbers):
+            values[name] = sum(numbers)
+        else:
+            values[name] = max(numbers)
+    return msgspec.structs.replace(first, **values)
+
+
+def usage_added_up(replies: list[UsageQueryReply]) -> UsageQueryReply:
+    """Usage groups of every partition merged by key (an agent's records are all in one
+    partition; a model's or a day's are spread), totals summed."""
+    groups: dict[str, list[UsageGroup]] = {}
+    for reply in replies:
+        for group in reply.groups:
+            groups.setdefault(group.key, []).append(group)
+
+    def summed(parts: list[Any]) -> dict[str, Any]:
+        return {
+            "prompt_tokens": sum(p.prompt_tokens for p in parts),
+            "completion_tokens": sum(p.completion_tokens for p in parts),
+            "cost_usd": sum(p.cost_usd for p in parts),
+            "events": sum(p.events for p in parts),
+        }
+
+    return UsageQueryReply(
+        groups=[UsageGroup(key=key, **summed(parts)) for key, parts in sorted(groups.items())],
+        total=UsageTotals(**summed([reply.total for reply in replies])),
+    )
+
+
+def _scopes(req: AuditRequest) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The scope of one partition's audit cursor (handlers/audit.py) and of the whole one."""
+    tenant = None if req.tenant is UNSET else req.tenant
+    since = None if req.since is UNSET else req.since
+    return ("audit", tenant, None, since), ("audit-all", tenant, since)
+
+
+async def audit_pages(req: AuditRequest, partitions: int, ask: Ask) -> AuditReply:
+    """One page of every partition's audit, oldest first: each partition is asked for a page
+    after what earlier pages took of it; the oldest `limit` events of them all are this page."""
+    one, whole = _scopes(req)
+    after = [0] * partitions
+    if req.cursor is not UNSET:
+        after = list(decode_cursor(req.cursor, whole, partitions))
+    asked = {
+        k: msgspec.structs.replace(
+            req, cursor=encode_cursor(one, (after[k],)) if after[k] else UNSET
+        )
+        for k in range(partitions)
+        if after[k] != DONE
+    }
+    replies = await ask(asked)
+    events: list[tuple[AuditEvent, int]] = [
+        (event, k) for k, reply in replies.items() for event in reply.events
+    ]
+    events.sort(key=lambda pair: (pair[0].at, pair[1], pair[0].seq))
+    page = events[: req.limit]
+    for event, k in page:
+        after[k] = event.seq
+    for k, reply in replies.items():
+        taken = sum(1 for _, from_k in page if from_k == k)
+        if reply.next_cursor is None and taken == len(reply.events):
+            after[k] = DONE  # read to its end
+    more = any(position != DONE for position in after)
+    return AuditReply(
+        events=[event for event, _ in page],
+        next_cursor=encode_cursor(whole, tuple(after)) if more else None,
+    )
