@@ -361,3 +361,41 @@ async def test_section_14_state_runs_sharded_tenant_boards_and_shared_keys_in_on
         by_agent = await client.ok("memory::usage::query", {"groupBy": "agent"})
         assert len(by_agent["groups"]) == 8 and by_agent["total"]["events"] == 8
         await nc.close()
+
+
+async def test_each_shard_serves_metrics_counting_the_partitions_it_owns(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """With MEMORY_WORKER_METRICS_PORT a shard's /metrics counts the memories of the partitions
+    it owns: the shards' figures add up to every memory stored."""
+    import urllib.request
+
+    from worker.shards.loopback import free_port
+
+    ports = [free_port(), free_port()]
+    apps = [
+        ShardApp(shard_config(nats_url, tmp_path, name, metrics_port=port))
+        for name, port in zip(("s1", "s2"), ports, strict=True)
+    ]
+    try:
+        for app in apps:
+            await app.start()
+        await settled(apps)
+        nc = await nats.connect(nats_url)
+        client = Client(nc)
+        for n in range(12):
+            await client.store(f"agent-{n}", "a note")
+        await nc.close()
+        def scrape(port: int) -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as answer:
+                return str(answer.read().decode())
+
+        total = 0
+        for port in ports:
+            text = await asyncio.to_thread(scrape, port)
+            [line] = [ln for ln in text.splitlines() if ln.startswith("memory_worker_memories ")]
+            total += int(float(line.split()[1]))
+        assert total == 12
+    finally:
+        for app in apps:
+            await app.stop()

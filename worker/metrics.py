@@ -14,7 +14,7 @@ import structlog
 
 from handlers.state import state_counts
 from handlers.stats import database_counts, memories_by_tenant
-from worker.readers import Readers
+from worker.readers import Reads
 from worker.services import wall_clock_ms
 from worker.telemetry import LATENCY_BUCKETS, Telemetry
 
@@ -26,7 +26,7 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-async def render_metrics(telemetry: Telemetry, readers: Readers) -> str:
+async def render_metrics(telemetry: Telemetry, readers: Reads) -> str:
     lines: list[str] = []
 
     def family(name: str, kind: str, text: str) -> None:
@@ -109,7 +109,7 @@ async def render_metrics(telemetry: Telemetry, readers: Readers) -> str:
 
 
 class MetricsServer:
-    def __init__(self, telemetry: Telemetry, readers: Readers, host: str, port: int) -> None:
+    def __init__(self, telemetry: Telemetry, readers: Reads, host: str, port: int) -> None:
         self._telemetry = telemetry
         self._readers = readers
         self._host = host

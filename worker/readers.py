@@ -8,13 +8,20 @@ import concurrent.futures
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import apsw
 
 from worker.db import open_db
 
 T = TypeVar("T")
+
+
+class Reads(Protocol):
+    """What counts at scrape time read through: one database's readers, or on a shard every
+    partition it owns, added up (worker/shards/fanout.py)."""
+
+    async def run(self, fn: Callable[[apsw.Connection], T]) -> T: ...
 
 
 class Readers:

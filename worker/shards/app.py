@@ -28,11 +28,13 @@ from worker.bus import MemoryService, connect
 from worker.config import Config
 from worker.dispatch import Dispatcher
 from worker.ingest import Ingest
+from worker.metrics import MetricsServer
 from worker.readers import Readers
 from worker.recall_index.index import MemoryIndex
 from worker.registry import ROUTES, all_writes
 from worker.services import Services, wall_clock_ms
 from worker.shards.cron import partition_scheduler
+from worker.shards.fanout import OwnedReads
 from worker.shards.lease import Leases, open_bucket, preference
 from worker.shards.log import PartitionLog, ShardSetupError
 from worker.shards.node import PartitionNode
@@ -104,6 +106,10 @@ class ShardApp:
             ZoneInfo(config.cron_tz),
         )
         self._ingest: Ingest | None = None
+        self._metrics: MetricsServer | None = None
+
+    def _owned_readers(self) -> list[Readers]:
+        return [n.services.readers for n in self.nodes.values() if n.owner and n.services]
 
     def owned(self, partition: int) -> PartitionNode | None:
         node = self.nodes.get(partition)
@@ -143,6 +149,12 @@ class ShardApp:
         if config.ingest:  # durable ingestion, routed like a request
             self._ingest = Ingest(nc, dispatcher, tenancy=config.tenancy, replicas=config.replicas)
             await _patiently(self._ingest.start)
+        if config.metrics_port:  # counts add up over the partitions this shard owns
+            self._metrics = MetricsServer(
+                self.telemetry, OwnedReads(self._owned_readers), config.metrics_host,
+                config.metrics_port,
+            )  # fmt: skip
+            await self._metrics.start()
         await self._balance_once()
         self._balancer = asyncio.create_task(self._balance_forever())
         owned = lambda: [node for node in self.nodes.values() if node.owner]  # noqa: E731
@@ -287,6 +299,8 @@ class ShardApp:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        if self._metrics is not None:
+            await self._metrics.stop()
         if self._ingest is not None:
             await self._ingest.stop(timeout=DRAIN_SECONDS)
         if self._service is not None:

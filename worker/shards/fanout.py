@@ -4,20 +4,24 @@ one listing, oldest first, whose cursor says how far each partition has been rea
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
+import apsw
 import msgspec
 from msgspec import UNSET
 
 from handlers.cursors import decode_cursor, encode_cursor
 from schema.life import AuditEvent, AuditReply, AuditRequest
 from schema.usage import UsageGroup, UsageQueryReply, UsageTotals
+from worker.readers import Readers
 
 ALL_AUDIT = "memory::audit"
 DONE = -1  # a partition whose audit has been read to its end
 
 Ask = Callable[[dict[int, Any]], Awaitable[dict[int, Any]]]
+T = TypeVar("T")
 
 
 def added_up(replies: list[Any]) -> Any:
@@ -60,6 +64,23 @@ def usage_added_up(replies: list[UsageQueryReply]) -> UsageQueryReply:
         groups=[UsageGroup(key=key, **summed(parts)) for key, parts in sorted(groups.items())],
         total=UsageTotals(**summed([reply.total for reply in replies])),
     )
+
+
+class OwnedReads:
+    """The metrics' database counts on a shard: the same read on every partition it owns,
+    numbers added up key by key (worker/metrics.py reads dictionaries of counts)."""
+
+    def __init__(self, owned: Callable[[], list[Readers]]) -> None:
+        self._owned = owned
+
+    async def run(self, fn: Callable[[apsw.Connection], T]) -> T:
+        found = await asyncio.gather(*(readers.run(fn) for readers in self._owned()))
+        total: dict[Any, Any] = {}
+        for counts in found:
+            assert isinstance(counts, dict), "only counts add up"
+            for key, value in counts.items():
+                total[key] = total.get(key, 0) + value
+        return cast(T, total)
 
 
 def _scopes(req: AuditRequest) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
