@@ -202,3 +202,44 @@ async def test_a_shard_runs_the_schedule_for_its_partitions_and_logs_each_claim(
     finally:
         await nc.close()
         await app.stop()
+
+
+async def test_a_shard_backfills_missing_vectors_through_its_log(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """Memories stored without a vector get one from the owner's backfill as a logged write,
+    so a replayed copy holds the same vectors as the owner."""
+    plain = ShardApp(shard_config(nats_url, tmp_path, "s1", partitions=1))
+    await plain.start()
+    nc = await nats.connect(nats_url)
+    client = Client(nc)
+    try:
+        for n in range(5):
+            await client.store("a", f"note number {n} without a vector")
+    finally:
+        await plain.stop()
+    model = ShardApp(
+        shard_config(nats_url, tmp_path, "s1", partitions=1, embedder="builtin",
+                     builtin_model="hash")
+    )  # fmt: skip
+    await model.start()
+    try:
+        for _ in range(100):
+            if (await client.ok("memory::stats", {}))["memoriesWithoutVector"] == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert (await client.ok("memory::stats", {}))["memoriesWithoutVector"] == 0
+        node = model.nodes[0]
+        conn = await replayed(nc, tmp_path / "copy.db", node.applied)
+        copied = conn.execute("SELECT id, embedding_model, embedding FROM memories ORDER BY id")
+        copy = [tuple(row) for row in copied]
+        conn.close()
+        owner = apsw.Connection(str(node.path), flags=apsw.SQLITE_OPEN_READONLY)
+        kept = [tuple(row) for row in owner.execute(
+            "SELECT id, embedding_model, embedding FROM memories ORDER BY id")]  # fmt: skip
+        owner.close()
+        assert len(copy) == 5 and all(row[2] is not None for row in copy)
+        assert copy == kept
+    finally:
+        await nc.close()
+        await model.stop()

@@ -386,6 +386,7 @@ async def test_each_shard_serves_metrics_counting_the_partitions_it_owns(
         for n in range(12):
             await client.store(f"agent-{n}", "a note")
         await nc.close()
+
         def scrape(port: int) -> str:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as answer:
                 return str(answer.read().decode())

@@ -427,7 +427,9 @@ INGESTED = {route.ingest_verb: route.trigger for route in ROUTES if route.ingest
 
 def all_writes() -> dict[str, Write[Any, Any]]:
     """Every decide and apply pair a shard may find in its log, by the trigger it logs."""
+    from worker.recall_index.backfill import EMBED, EMBEDDED
     from worker.shards.cron import CRON_WRITES
 
     routed = {route.trigger: route.writes for route in ROUTES if route.writes is not None}
-    return routed | maintenance.EXTRA_WRITES | canonical_flow.EXTRA_WRITES | CRON_WRITES
+    extra = maintenance.EXTRA_WRITES | canonical_flow.EXTRA_WRITES | CRON_WRITES
+    return routed | extra | {EMBEDDED: EMBED}

@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
+import numpy as np
 import structlog
 
 from handlers.backfill import missing_vector_agents, set_embeddings, vectorless
@@ -24,6 +26,7 @@ from worker.embedders import Embedder
 from worker.readers import Readers
 from worker.recall_index.agent_index import AgentKey
 from worker.writer import Writer
+from worker.writes import Write, decide_and_apply
 
 log = structlog.get_logger()
 
@@ -33,6 +36,34 @@ DEFER_AT = 32
 BATCH = 16
 # A batch the embedder could not embed at all (its service down) is tried again after this.
 RETRY_S = 30.0
+
+
+class Embedded(msgspec.Struct, frozen=True):
+    """Vectors given to an agent's memories that lacked them (of this model, with `replace`):
+    the backfill's decision, which a shard logs and replays like any write."""
+
+    tenant: str
+    agent_id: str
+    model: str
+    replace: bool
+    vectors: list[tuple[str, bytes]]
+
+
+EMBEDDED = "memory::backfill"
+EMBED: Write[Embedded, None] = Write(
+    decision=Embedded,
+    decide=lambda conn, embedded, now, _: embedded,
+    apply=lambda conn, e: set_embeddings(
+        conn,
+        e.tenant,
+        e.agent_id,
+        e.model,
+        [(i, np.frombuffer(vector, dtype=np.float32)) for i, vector in e.vectors],
+        e.replace,
+    ),
+    reply=lambda embedded, _: None,
+    changes=lambda embedded, _: (),
+)
 
 
 class Backfill:
@@ -106,7 +137,13 @@ class Backfill:
         if not found:
             self._retry_later((tenant, agent_id))
             return True
-        await self._writer.run(lambda c: set_embeddings(c, tenant, agent_id, model, found, replace))
+        given = [(i, v.astype(np.float32).tobytes()) for i, v in found]
+        embedded = Embedded(tenant, agent_id, model, replace, given)
+        await self._writer.run(
+            lambda c: decide_and_apply(
+                c, EMBEDDED, EMBED, embedded, now=0, prepared=None, call=None
+            )  # no audit row: a vector is not a change of what the agent remembers
+        )
         return len(rows) < BATCH
 
     async def close(self) -> None:

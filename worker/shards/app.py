@@ -27,9 +27,11 @@ from scheduler.jobs import Schedule, default_jobs
 from worker.bus import MemoryService, connect
 from worker.config import Config
 from worker.dispatch import Dispatcher
+from worker.embedders.hashing import HashingModel
 from worker.ingest import Ingest
 from worker.metrics import MetricsServer
 from worker.readers import Readers
+from worker.recall_index.backfill import Backfill
 from worker.recall_index.index import MemoryIndex
 from worker.registry import ROUTES, all_writes
 from worker.services import Services, wall_clock_ms
@@ -250,6 +252,7 @@ class ShardApp:
         await node.stop_following()
         replayed = await node.catch_up()
         node.owner = True
+        self._start_backfill(node)
 
         async def accept(msg: Any) -> None:
             task = asyncio.create_task(
@@ -274,6 +277,16 @@ class ShardApp:
         if self.leases is not None:
             self.leases.held.pop(partition, None)
 
+    def _start_backfill(self, node: PartitionNode) -> None:
+        """The owner gives vectors to memories stored without one (logged like any write)."""
+        assert node.services is not None
+        fell_back = self.config.builtin_model != "hash" and self._embedder.name == HashingModel.name
+        backfill = Backfill(
+            self._embedder, node.services.readers, node.services.writer, replace=not fell_back
+        )
+        node.services.backfill = backfill
+        backfill.start()
+
     async def _demote(self, partition: int, why: str) -> None:
         cron = self._crons.pop(partition, None)
         if cron is not None:
@@ -283,6 +296,9 @@ class ShardApp:
         if subscription is not None:
             with contextlib.suppress(Exception):
                 await subscription.unsubscribe()
+        if node is not None and node.services is not None and node.services.backfill:
+            await node.services.backfill.close()
+            node.services.backfill = None
         if node is not None and node.owner:
             node.owner = False
             log.info("shard.steps_down", shard=self.name, partition=partition, why=why)
