@@ -13,7 +13,7 @@ from pathlib import Path
 
 import apsw
 
-from worker.db import BUSY_TIMEOUT_MS
+from worker.db import DatabaseUnusable, open_read_only
 
 
 class BackupError(RuntimeError):
@@ -23,13 +23,10 @@ class BackupError(RuntimeError):
 def _open_source(path: Path) -> apsw.Connection:
     if not path.is_file():
         raise BackupError(f"no database at {path}; nothing to back up")
-    source = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-    source.set_busy_timeout(BUSY_TIMEOUT_MS)
     try:
-        version = int(source.pragma("user_version"))
-    except apsw.Error as error:
-        source.close()
-        raise BackupError(f"{path} is not a usable database: {error}") from None
+        source, version = open_read_only(path)
+    except DatabaseUnusable as error:
+        raise BackupError(str(error)) from None
     if version == 0:
         source.close()
         raise BackupError(f"{path} is not a memory-worker database (it has no schema)")

@@ -91,6 +91,20 @@ def _wal(conn: apsw.Connection, attempts: int = 100) -> None:
             time.sleep(0.01)
 
 
+def open_read_only(path: Path) -> tuple[apsw.Connection, int]:
+    """An existing file opened for reading, and its schema version; DatabaseUnusable saying
+    why not (no file, not a database). Backup and shard-split read their source this way."""
+    if not path.is_file():
+        raise DatabaseUnusable(f"no database at {path}")
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    try:
+        return conn, int(conn.pragma("user_version"))
+    except apsw.Error as error:
+        conn.close()
+        raise DatabaseUnusable(f"{path} is not a usable database: {error}") from None
+
+
 def migrations() -> list[tuple[int, str]]:
     """The ordered (version, sql) ladder shipped in schema/migrations."""
     found = []

@@ -31,7 +31,13 @@ import apsw
 
 from worker.commands import Exit
 from worker.config import Config
-from worker.db import BUSY_TIMEOUT_MS, migrate, migrations, open_db
+from worker.db import (
+    DatabaseUnusable,
+    migrate,
+    migrations,
+    open_db,
+    open_read_only,
+)
 from worker.shards.node import SHARD_LOG_SQL
 from worker.shards.partition import partition_of
 
@@ -48,15 +54,10 @@ def partition_file(out: Path, partition: int) -> Path:
 
 
 def _open_source(path: Path) -> apsw.Connection:
-    if not path.is_file():
-        raise SplitError(f"--db: no database at {path}")
-    source = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-    source.set_busy_timeout(BUSY_TIMEOUT_MS)
     try:
-        version = int(source.pragma("user_version"))
-    except apsw.Error as error:
-        source.close()
-        raise SplitError(f"--db: {path} is not a usable database: {error}") from None
+        source, version = open_read_only(path)
+    except DatabaseUnusable as error:
+        raise SplitError(f"--db: {error}") from None
     current = len(migrations())
     if version != current:
         source.close()
