@@ -168,7 +168,7 @@ class PartitionNode:
         if self.restore is None:
             raise gap
         log.info("shard.log_gap", partition=self.partition, applied=self.applied, gap=str(gap))
-        self._shut()
+        await self._shut()
         restored = await self.restore(self.partition, self.path)
         await self.open()
         if restored is None:
@@ -241,13 +241,16 @@ class PartitionNode:
     async def close(self) -> None:
         self.owner = False
         await self.stop_following()
-        self._shut()
+        await self._shut()
 
-    def _shut(self) -> None:
+    async def _shut(self) -> None:
+        """Stop the writer and readers on a thread, never on the event loop: a writer job may
+        be waiting for the loop to append its batch to the log, and a join on the loop would
+        hold both until the append timed out."""
         if self.services is not None:
-            self.services.writer.stop()
-            self.services.readers.close()
-            self.services = None
+            services, self.services = self.services, None
+            await asyncio.to_thread(services.writer.stop)
+            await asyncio.to_thread(services.readers.close)
         if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+            conn, self._conn = self._conn, None
+            conn.close()
