@@ -8,8 +8,8 @@ COMMIT, so a success means the write is in the replicated stream. A crash after 
 before the COMMIT loses nothing: the next catch-up applies the batch from the log.
 
 As standby, or before serving, it replays the log from the sequence it applied last, with the
-same apply (worker/writes.py Replayer). Access counts of recalls are not logged: a new owner
-starts from the counts its copy had (README "More than one machine").
+same apply (worker/writes.py Replayer). Everything that writes is logged, recall's access
+counts and the backfill's vectors included, so a standby's copy is the owner's.
 """
 
 from __future__ import annotations
