@@ -58,7 +58,7 @@ def add(agent: str, entity: str) -> dict[str, Any]:
 
 
 async def every_agent_answers(client: Client, timeout: float) -> float:
-    """Seconds until a read of every agent succeeds."""
+    """Seconds until a recall of every agent succeeds."""
     started = time.monotonic()
     pending = set(AGENTS)
     while pending:
@@ -66,7 +66,7 @@ async def every_agent_answers(client: Client, timeout: float) -> float:
         for agent in sorted(pending):
             try:
                 reply = await client.call(
-                    "memory::kg::query", {"agentId": agent, "entityId": "x"}, timeout=2
+                    "memory::recall", {"agentId": agent, "query": "note"}, timeout=2
                 )
             except Exception:
                 continue
@@ -77,18 +77,23 @@ async def every_agent_answers(client: Client, timeout: float) -> float:
     return time.monotonic() - started
 
 
-async def load(client: Client, acknowledged: list[tuple[str, str]], stop: asyncio.Event) -> None:
+async def load(
+    client: Client, acknowledged: dict[tuple[str, str], str], stop: asyncio.Event
+) -> None:
+    """Stores, one after another: (agent, content) -> the id each acknowledged store got."""
     n = 0
     while not stop.is_set():
         agent = AGENTS[n % len(AGENTS)]
-        entity = f"e{n}"
+        content = f"note {n}"
         n += 1
         try:
-            reply = await client.call("memory::kg::add", add(agent, entity), timeout=5)
+            reply = await client.call(
+                "memory::store", {"agentId": agent, "content": content}, timeout=5
+            )
         except Exception:
             continue
         if reply.ok:
-            acknowledged.append((agent, entity))
+            acknowledged[agent, content] = reply.body["id"]
 
 
 async def lease_holder(js: Any, partition: int) -> str | None:
@@ -100,12 +105,12 @@ async def lease_holder(js: Any, partition: int) -> str | None:
     return None if not entry.value else str(entry.value.decode().split('"')[3])
 
 
-async def test_kill_9_of_the_lease_leader_and_a_shard_under_load_loses_no_acknowledged_write(
+async def test_kill_9_of_the_lease_leader_and_a_shard_under_load_loses_no_acknowledged_store(
     tmp_path: Path,
 ) -> None:
     async with sharded(tmp_path, ("s1", "s2", "s3")) as (cluster, (nc, shards)):
         client = Client(nc)
-        acknowledged: list[tuple[str, str]] = []
+        acknowledged: dict[tuple[str, str], str] = {}
         stop = asyncio.Event()
         writer = asyncio.create_task(load(client, acknowledged, stop))
         await asyncio.sleep(2)
@@ -123,11 +128,11 @@ async def test_kill_9_of_the_lease_leader_and_a_shard_under_load_loses_no_acknow
         await writer
         assert len(acknowledged) > 50
         missing = []
-        for agent, entity in acknowledged:
-            reply = await client.call("memory::kg::query", {"agentId": agent, "entityId": entity})
-            if not (reply.ok and reply.body["entities"]):
-                missing.append((agent, entity))
-        assert missing == [], f"{len(missing)} of {len(acknowledged)} lost"
+        for (agent, content), memory_id in acknowledged.items():  # re-stored: the same id
+            reply = await client.call("memory::store", {"agentId": agent, "content": content})
+            if not (reply.ok and reply.body["id"] == memory_id and reply.body["deduplicated"]):
+                missing.append((agent, content))
+        assert missing == [], f"{len(missing)} of {len(acknowledged)} lost or changed"
         assert back <= 2 * TTL, back
 
 
