@@ -30,6 +30,7 @@ from worker.bench.locomo import measure_locomo
 from worker.bench.mcp_trip import mcp_rows, measure_mcp_round_trip
 from worker.bench.overhead import client_rows, measure_client_overhead
 from worker.bench.sanitize import run_sanitize
+from worker.bench.scale import measure_scale, scale_rows
 from worker.bench.sharded import measure_sharded, sharded_rows
 from worker.bench.state import measure_state, state_rows
 from worker.embedded import EmbeddedServer
@@ -271,6 +272,25 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
                 server.stop()
 
 
+async def run_scale(args: argparse.Namespace) -> list[dict[str, Any]]:
+    sizes = [int(size) for size in args.scale.split(",")]
+    with tempfile.TemporaryDirectory(prefix="memory-bench-") as scratch:
+        server = EmbeddedServer(port=free_port(), store_dir=Path(scratch) / "nats")
+        await server.start()
+        env = {
+            **os.environ,
+            "MEMORY_WORKER_NATS_URL": server.url,
+            "MEMORY_WORKER_CONSOLIDATE_CRON": "",
+            "MEMORY_WORKER_EVICT_CRON": "",
+            "MEMORY_WORKER_LOG_LEVEL": "warning",
+            "MEMORY_WORKER_INDEX_MEMORY_MB": "8192",
+        }
+        try:
+            return await measure_scale(server.url, env, sizes, recalls=args.recalls)
+        finally:
+            server.stop()
+
+
 def table(results: dict[str, Any]) -> str:
     if "state" in results:
         return _rows(state_rows(results))
@@ -398,6 +418,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="only section 16: 1, 2, 3 shards on a loopback 3-node cluster, failover, log cost",
     )
+    parser.add_argument(
+        "--scale",
+        help="only issue 21: one agent of each of these sizes (e.g. 100000,300000,1000000) "
+        "written straight into a file; recall with keywords and with vectors, restarts, RSS",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
 
 
@@ -407,6 +432,10 @@ def main(args: argparse.Namespace) -> int:
     if args.sharded:
         sharded = asyncio.run(measure_sharded())
         print(json.dumps(sharded) if args.json else _rows(sharded_rows(sharded)))
+        return 0
+    if args.scale:
+        scale = asyncio.run(run_scale(args))
+        print(json.dumps(scale) if args.json else _rows(scale_rows(scale)))
         return 0
     results = asyncio.run(run_bench(args))
     print(json.dumps(results) if args.json else table(results))
