@@ -16,7 +16,7 @@ from tests.conftest import worker_config
 from tests.support import Client
 from worker.app import App, builtin_model
 from worker.config import ConfigError, load_config
-from worker.embedders.local import PASSAGE_BATCH, BatchingEmbedder
+from worker.embedders.local import MAX_YIELD_S, PASSAGE_BATCH, BatchingEmbedder
 from worker.embedders.minilm import MiniLM
 
 
@@ -216,6 +216,44 @@ async def test_with_one_lane_a_query_waits_for_one_small_batch_not_the_whole_que
         assert all(n <= PASSAGE_BATCH for query, n in model.calls if not query)
         assert model.most_together == 1
         assert model.niceness[True] == model.niceness[False]  # the query shares its thread
+    finally:
+        await embedder.close()
+
+
+async def test_stored_texts_hold_back_while_a_recall_is_in_progress_but_not_for_ever() -> None:
+    """Inside `recalling()` (a whole recall) no stored text starts its model call for up to
+    MAX_YIELD_S; held longer, they go on one text per MAX_YIELD_S; after it, at full speed."""
+    model = SlowModel(lanes=2)
+    embedder = BatchingEmbedder(model)
+    try:
+        with embedder.recalling():
+            stores = asyncio.ensure_future(embedder.embed(["a", "b", "c"], query=False))
+            await asyncio.sleep(MAX_YIELD_S / 2)
+            assert not any(not query for query, _ in model.calls)
+            [row] = await embedder.embed(["where?"], query=True)  # the query is not held
+            assert row is not None and model.calls == [(True, 1)]
+            await asyncio.sleep(MAX_YIELD_S * 1.6)
+            assert 1 <= sum(1 for query, _ in model.calls if not query) <= 2
+        started = time.monotonic()
+        assert all(row is not None for row in await stores)
+        assert time.monotonic() - started < MAX_YIELD_S
+    finally:
+        await embedder.close()
+
+
+async def test_on_a_single_lane_a_recall_does_not_hold_back_the_texts_its_query_waits_for() -> None:
+    """With one lane the query runs after the stored texts on it: holding those back for the
+    recall would make the recall wait MAX_YIELD_S per text."""
+    model = SlowModel(lanes=1)
+    embedder = BatchingEmbedder(model)
+    try:
+        stores = asyncio.ensure_future(embedder.embed([f"t{i}" for i in range(8)], query=False))
+        await asyncio.sleep(0.001)
+        started = time.monotonic()
+        with embedder.recalling():
+            await embedder.embed(["where?"], query=True)
+        assert time.monotonic() - started < 8 * MAX_YIELD_S / 2
+        await stores
     finally:
         await embedder.close()
 

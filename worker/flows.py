@@ -108,14 +108,15 @@ async def recall(s: Services, req: RecallRequest) -> RecallReply:
     non-durable write that follows (at most one batch behind)."""
     recall_handler.check_recall(req, s.config.max_query_bytes)
     query_vector = None
-    if req.query.strip():
-        [vector] = await s.embedder.embed([req.query], query=True)
-        query_vector = None if vector is None else (s.embedder.name, vector)
     tenant = tenant_of(req)
-    reply, now = await s.index.with_snapshot(
-        (tenant, req.agent_id),
-        lambda conn, found: _recall(s, conn, found, req, query_vector, tenant),
-    )
+    with s.embedder.recalling():
+        if req.query.strip():
+            [vector] = await s.embedder.embed([req.query], query=True)
+            query_vector = None if vector is None else (s.embedder.name, vector)
+        reply, now = await s.index.with_snapshot(
+            (tenant, req.agent_id),
+            lambda conn, found: _recall(s, conn, found, req, query_vector, tenant),
+        )
     if reply.memories:
         ids = [memory.id for memory in reply.memories]
         accessed = Accessed(tenant, req.agent_id, ids, now)

@@ -8,6 +8,7 @@ Queries and stored passages are told apart because some models (e5) embed them d
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Protocol
 
 import numpy as np
@@ -25,6 +26,11 @@ class Embedder(Protocol):
         """Texts asked for and not yet embedded: past a batch, stores stop waiting for vectors."""
         ...
 
+    def recalling(self) -> contextlib.AbstractContextManager[None]:
+        """Entered around a whole recall: an embedder sharing the machine's cores with it may
+        hold its stored texts back meanwhile."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -38,6 +44,9 @@ class NoEmbedder:
 
     def backlog(self) -> int:
         return 0
+
+    def recalling(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
     async def close(self) -> None:
         return None

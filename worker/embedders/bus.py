@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from typing import Any
 
@@ -53,6 +54,9 @@ class BusEmbedder:
 
     def backlog(self) -> int:
         return self._in_flight
+
+    def recalling(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()  # the model runs elsewhere: nothing here to hold back
 
     async def close(self) -> None:
         return None
