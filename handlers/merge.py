@@ -45,6 +45,9 @@ CANDIDATE = (
     + SWITCHED_ON
 )
 Matrix = npt.NDArray[np.float32]
+# Float32 products of unit vectors are good to about 1e-7: a threshold of 1.0 must still
+# merge two identical vectors, whose computed cosine may be 0.99999994.
+SLACK = 1e-6
 
 
 class Member(msgspec.Struct, frozen=True, array_like=True):
@@ -155,7 +158,7 @@ def greedy_groups(
         hi = min(count, lo + block)
         for start in range(lo, count, block):
             end = min(count, start + block)
-            close = (vectors[lo:hi] @ vectors[start:end].T) >= threshold
+            close = (vectors[lo:hi] @ vectors[start:end].T) >= threshold - SLACK
             if start == lo:  # the diagonal tile: later rows only
                 close &= np.triu(np.ones_like(close), k=1)
             close &= ~taken[start:end]
@@ -231,7 +234,8 @@ def apply_merges(conn: apsw.Connection, groups: Sequence[Group]) -> list[Merged]
 
 def merged_changes(done: Sequence[Merged]) -> list[Change]:
     """The audit of a chunk: per agent, the memories removed and (for at most MAX_IDS of them)
-    which survivor each went into. Ids only, never content."""
+    which survivor each went into. Ids only, never content. Named memory::consolidate outright:
+    a shard replays the chunk under the write's own name (worker/maintenance.py MERGE)."""
     by_agent: dict[Agent, dict[str, str]] = {}
     for merged in done:
         into = by_agent.setdefault((merged.tenant, merged.agent_id), {})
@@ -240,6 +244,7 @@ def merged_changes(done: Sequence[Merged]) -> list[Change]:
         Change(
             agent,
             list(into),
+            trigger="memory::consolidate",
             detail={"mergedInto": into} if len(into) <= MAX_IDS else {"merged": len(into)},
         )
         for agent, into in by_agent.items()
