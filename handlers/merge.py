@@ -1,17 +1,19 @@
 """memory::consolidate's `mergeThreshold`: paraphrases of one fact become one memory.
 
-Deciding reads one agent's vectors and groups them greedily, oldest stored first: the oldest
-memory not yet taken leads a group of every later one whose cosine with it reaches the
-threshold. Every merged memory is that close to the memory it merges into (no chain of
-near-misses drifts to another fact), and a group never mixes roles, embedding models, recall
-policies or sensitivities. Similarities are computed in BLOCK x BLOCK tiles, so an agent of 100k
+Deciding reads one agent's vectors and groups them greedily, newest first: the newest memory
+not yet taken leads a group of every older one whose cosine with it reaches the threshold.
+Every merged memory is that close to the memory it merges into (no chain of near-misses drifts
+to another fact), and a group never mixes roles, embedding models, recall policies or
+sensitivities. Similarities are computed in BLOCK x BLOCK tiles, so an agent of 100k
 memories needs its vectors and a few MB more, never the n x n matrix.
 
-The survivor is the group's oldest memory (its id is the one callers have held longest): it
-keeps its content, summary, metadata and taxonomy, and takes the group's highest importance,
-highest confidence, newest timestamp, latest access and summed access count. The others are
-removed as eviction removes them; their places in sessions point at the survivor (or go, where
-the session holds the survivor already: a memory is in a session's list once).
+The survivor is the group's newest memory (by timestamp, then by when it was stored): when a
+merge is wrong it is mostly a fact restated with a change (MiniLM puts "rotates on Fridays" and
+"on Mondays" at 0.93; README "memory::consolidate"), and the newer statement is the one to keep.
+It keeps its id, content, timestamp (the newest), summary, metadata and taxonomy, and takes
+the group's highest importance, highest confidence, latest access and summed access count. The
+others are removed as eviction removes them; their places in sessions point at the survivor (or
+go, where the session holds the survivor already: a memory is in a session's list once).
 
 Applying re-checks every memory as eviction does: a memory whose content or scores changed
 since the decision, that was pinned, forgotten or deleted, or whose agent was switched off, is
@@ -96,7 +98,7 @@ def merge_agents(conn: apsw.Connection, req: ConsolidateRequest) -> list[Agent]:
 
 
 # One agent's candidates by what must match within a group (role, embedding model, recall
-# policy, sensitivity, vector bytes): the memories oldest stored first, and their vectors.
+# policy, sensitivity, vector bytes): the memories newest first, and their vectors.
 Candidates = dict[tuple[str, str, str, str, int], tuple[list[Member], list[bytes]]]
 
 
@@ -106,7 +108,8 @@ def read_candidates(conn: apsw.Connection, agent: Agent) -> Candidates:
     for row in conn.execute(
         "SELECT id, hash, importance, confidence, timestamp, role, embedding_model, "
         "recall_policy, sensitivity, embedding FROM memories "
-        f"WHERE tenant = ? AND agent_id = ? AND {CANDIDATE} ORDER BY created_at, id",
+        f"WHERE tenant = ? AND agent_id = ? AND {CANDIDATE} "
+        "ORDER BY timestamp DESC, created_at DESC, id DESC",
         agent,
     ):
         blob = bytes(row[9])

@@ -6,6 +6,7 @@ replayed to the same rows. Which memories merge is tested on the handlers
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -42,19 +43,23 @@ async def contents(client: Client, agent: str) -> list[str]:
     return sorted(memory["content"] for memory in listed["memories"])
 
 
-async def test_paraphrases_merge_into_the_oldest_and_sessions_and_the_audit_follow(
+async def test_paraphrases_merge_into_the_newest_and_sessions_and_the_audit_follow(
     hashing: Client,
 ) -> None:
     client = hashing
-    kept = (await client.store("a", FACT, sessionId="s1", importance=0.3))["id"]
-    gone = (await client.store("a", PARAPHRASE, sessionId="s2", importance=0.9))["id"]
+    at = int(time.time() * 1000) - 60_000  # recent: nothing decays
+    gone = await client.store("a", PARAPHRASE, sessionId="s2", importance=0.9, timestamp=at)
+    kept = await client.store("a", FACT, sessionId="s1", importance=0.3, timestamp=at + 1)
+    gone, kept = gone["id"], kept["id"]
     await client.store("a", PARAPHRASE + ", said the assistant", role="assistant")
     await client.store("a", f"{PARAPHRASE}, said the assistant again", role="assistant")
     for text in (FACT, PARAPHRASE):
         await client.store("b", text)
     reply = await client.ok("memory::consolidate", {"agentId": "a", "mergeThreshold": 0.95})
     assert reply["memoriesMerged"] == 2  # the user pair, and the assistant pair
-    assert await contents(client, "a") == sorted([FACT, PARAPHRASE + ", said the assistant"])
+    listed = (await client.ok("memory::list", {"agentId": "a"}))["memories"]
+    assert sorted((m["role"], m["id"]) for m in listed)[1:] == [("user", kept)]
+    assert [m["role"] for m in listed].count("assistant") == 1
     assert len(await contents(client, "b")) == 2
     [hit] = [m for m in await client.recall("a", "deploy key Fridays") if m["role"] == "user"]
     assert (hit["id"], hit["importance"]) == (kept, 0.9)

@@ -60,26 +60,26 @@ def ids(conn: apsw.Connection) -> set[str]:
     return {str(row[0]) for row in rows(conn, "SELECT id FROM memories")}
 
 
-def test_a_paraphrase_pair_becomes_the_oldest_with_the_best_scores_and_its_session_places(
+def test_a_paraphrase_pair_becomes_the_newest_with_the_best_scores_and_its_session_places(
     conn: apsw.Connection,
 ) -> None:
-    """The survivor is the older memory; it takes the higher importance and confidence, the
-    newer timestamp and the later access; the other's place in a session points at it, and
-    where a session holds both, the survivor's own place stays and the other's goes."""
+    """The survivor is the newer memory; it takes the higher importance and confidence and
+    the later access; the other's place in a session points at it, and where a session holds
+    both, the survivor's own place stays and the other's goes."""
     old = put(conn, "a", "the deploy key rotates on Fridays", 0, session_id="s1",
-              importance=0.4, timestamp=1_000, now=NOW - 10)  # fmt: skip
+              importance=0.9, timestamp=1_000)  # fmt: skip
     new = put(conn, "a", "deploy keys are rotated every Friday", cosine_angle(0.97),
-              session_id="s1", importance=0.8, timestamp=5_000)  # fmt: skip
+              session_id="s1", importance=0.3, timestamp=5_000)  # fmt: skip
     with conn:
-        conn.execute("UPDATE memories SET confidence = 0.6, last_accessed = 7 WHERE id = ?", (old,))
-        conn.execute("UPDATE memories SET access_count = 2, last_accessed = 9 WHERE id = ?", (new,))
-        # `new` also sits in a second session, at position 1 before another memory.
+        conn.execute("UPDATE memories SET access_count = 2, last_accessed = 9 WHERE id = ?", (old,))
+        conn.execute("UPDATE memories SET confidence = 0.6, last_accessed = 7 WHERE id = ?", (new,))
+        # `old` also sits in a second session, at position 1 before another memory.
         store(conn, "a", "unrelated", session_id="s2")
         conn.execute("UPDATE session_messages SET position = 2 WHERE session_id = 's2'")
         conn.execute(
             "INSERT INTO session_messages (tenant, agent_id, session_id, position, memory_id, "
-            "role, timestamp) VALUES ('', 'a', 's2', 1, ?, 'user', 5000)",
-            (new,),
+            "role, timestamp) VALUES ('', 'a', 's2', 1, ?, 'user', 1000)",
+            (old,),
         )
     assert run(conn) == 1
     [kept] = rows(
@@ -87,12 +87,12 @@ def test_a_paraphrase_pair_becomes_the_oldest_with_the_best_scores_and_its_sessi
         "SELECT id, content, importance, confidence, timestamp, access_count, last_accessed "
         "FROM memories WHERE content != 'unrelated'",
     )
-    assert kept == (old, "the deploy key rotates on Fridays", 0.8, 1.0, 5_000, 2, 9)
+    assert kept == (new, "deploy keys are rotated every Friday", 0.9, 1.0, 5_000, 2, 9)
     by_session = rows(
         conn, "SELECT session_id, position, memory_id FROM session_messages ORDER BY 1, 2"
     )
     unrelated = by_session[-1][2]
-    assert by_session == [("s1", 1, old), ("s2", 1, old), ("s2", 2, unrelated)]
+    assert by_session == [("s1", 2, new), ("s2", 1, new), ("s2", 2, unrelated)]
 
 
 def test_roles_models_and_the_threshold_keep_memories_apart(conn: apsw.Connection) -> None:
@@ -103,8 +103,8 @@ def test_roles_models_and_the_threshold_keep_memories_apart(conn: apsw.Connectio
     below = put(conn, "a", "almost one", cosine_angle(0.94))
     assert run(conn, 0.95) == 0
     assert ids(conn) == {base, assistant, other_model, below}
-    assert run(conn, 0.939) == 1
-    assert ids(conn) == {base, assistant, other_model}
+    assert run(conn, 0.939) == 1  # into the newer
+    assert ids(conn) == {assistant, other_model, below} and base
 
 
 def test_pinned_always_forgotten_and_switched_off_memories_are_left_alone(
@@ -140,9 +140,9 @@ def test_each_agent_and_tenant_merges_alone_and_a_scope_limits_it(conn: apsw.Con
     assert run(conn) == 1 and run(conn) == 0  # the rest, then nothing: idempotent
 
 
-def test_a_group_is_the_oldest_and_what_is_close_to_it_not_a_chain(conn: apsw.Connection) -> None:
-    """A ~ B and B ~ C but not A ~ C: A takes B, and C (no longer near anything untaken that
-    leads) stays."""
+def test_a_group_is_the_newest_and_what_is_close_to_it_not_a_chain(conn: apsw.Connection) -> None:
+    """A ~ B and B ~ C but not A ~ C: C, the newest, takes B, and A (near nothing untaken
+    that leads) stays."""
     a = put(conn, "a", "A", 0, now=NOW - 3)
     b = put(conn, "a", "B", 15, now=NOW - 2)
     c = put(conn, "a", "C", 30, now=NOW - 1)
@@ -153,12 +153,12 @@ def test_a_group_is_the_oldest_and_what_is_close_to_it_not_a_chain(conn: apsw.Co
 def test_apply_skips_what_changed_since_the_decision_and_a_replay_changes_nothing(
     conn: apsw.Connection,
 ) -> None:
-    survivor = put(conn, "a", "s", 0, now=NOW - 5)
-    gone = put(conn, "a", "gone", 0, now=NOW - 4)
-    rescored = put(conn, "a", "rescored", 0, now=NOW - 3)
-    kept = put(conn, "a", "kept", 0, now=NOW - 2, importance=0.9)
-    lonely = put(conn, "a", "lonely survivor", 90, now=NOW - 1)
-    partner = put(conn, "a", "partner", 90)
+    survivor = put(conn, "a", "s", 0)
+    gone = put(conn, "a", "gone", 0, now=NOW - 1)
+    rescored = put(conn, "a", "rescored", 0, now=NOW - 2)
+    kept = put(conn, "a", "kept", 0, now=NOW - 3, importance=0.9)
+    lonely = put(conn, "a", "lonely survivor", 90, now=NOW - 4)
+    partner = put(conn, "a", "partner", 90, now=NOW - 5)
     groups = plan_agent_merges(conn, ("", "a"), 0.95)
     assert [(g.survivor.memory_id, [m.memory_id for m in g.merged]) for g in groups] == [
         (survivor, [gone, rescored, kept]),
