@@ -188,8 +188,9 @@ def group_of(agent: Agent, survivor: Member, merged: list[Member]) -> Group:
 
 
 _UNCHANGED = (
-    "SELECT 1 FROM memories WHERE id = ? AND tenant = ? AND agent_id = ? AND hash = ? "
-    f"AND importance = ? AND confidence = ? AND timestamp = ? AND {CANDIDATE}"
+    "SELECT access_count, last_accessed FROM memories WHERE id = ? AND tenant = ? "
+    "AND agent_id = ? AND hash = ? AND importance = ? AND confidence = ? AND timestamp = ? "
+    f"AND {CANDIDATE}"
 )
 # Without INDEXED BY, SQLite plans on the primary key's agent prefix (see session_refs.py).
 _REPOINT = (
@@ -200,37 +201,45 @@ _REPOINT = (
 )
 
 
-def _unchanged(conn: apsw.Connection, agent: Agent, member: Member) -> bool:
+def _accesses(conn: apsw.Connection, agent: Agent, member: Member) -> tuple[int, int] | None:
+    """(access count, last accessed) of a memory still as decided and still for merging."""
     key = (member.memory_id, *agent, member.hash, member.importance, member.confidence)
-    return conn.execute(_UNCHANGED, (*key, member.timestamp)).fetchone() is not None
+    row = conn.execute(_UNCHANGED, (*key, member.timestamp)).fetchone()
+    return None if row is None else (int(str(row[0])), int(str(row[1])))
 
 
 def apply_merges(conn: apsw.Connection, groups: Sequence[Group]) -> list[Merged]:
-    """Merge each group whose survivor is as decided, with those of its members that are."""
+    """Merge each group whose survivor is as decided, with those of its members that are. One
+    statement per memory, never an IN list: a group may hold thousands."""
     done = []
     for group in groups:
         agent = (group.tenant, group.agent_id)
-        present = [member for member in group.merged if _unchanged(conn, agent, member)]
-        if not present or not _unchanged(conn, agent, group.survivor):
+        found = {m.memory_id: _accesses(conn, agent, m) for m in (group.survivor, *group.merged)}
+        present = [member for member in group.merged if found[member.memory_id] is not None]
+        if not present or found[group.survivor.memory_id] is None:
             continue
         whole = len(present) == len(group.merged)
         kept = group if whole else group_of(agent, group.survivor, present)
+        accesses = [access for access in found.values() if access is not None]
         survivor = group.survivor.memory_id
         removed = [member.memory_id for member in present]
-        marks = ", ".join("?" * len(removed))
         conn.execute(
             "UPDATE memories SET importance = ?, confidence = ?, timestamp = ?, "
-            "access_count = access_count + "
-            f"(SELECT sum(access_count) FROM memories WHERE id IN ({marks})), "
-            "last_accessed = max(last_accessed, "
-            f"(SELECT max(last_accessed) FROM memories WHERE id IN ({marks}))) WHERE id = ?",
-            (kept.importance, kept.confidence, kept.timestamp, *removed, *removed, survivor),
+            "access_count = ?, last_accessed = ? WHERE id = ?",
+            (
+                kept.importance,
+                kept.confidence,
+                kept.timestamp,
+                sum(count for count, _ in accesses),
+                max(last for _, last in accesses),
+                survivor,
+            ),
         )
         conn.executemany(
             _REPOINT, [(survivor, *agent, memory_id, *agent, survivor) for memory_id in removed]
         )
         remove_memories(conn, agent, removed)  # in sessions that hold the survivor already
-        conn.execute(f"DELETE FROM memories WHERE id IN ({marks})", removed)
+        conn.executemany("DELETE FROM memories WHERE id = ?", [(m,) for m in removed])
         done.append(Merged(*agent, survivor, removed))
     return done
 
