@@ -1,4 +1,5 @@
-"""memory::consolidate: decay the confidence of memories nobody recalled for a week.
+"""memory::consolidate: decay the confidence of memories nobody recalled for a week (and, with
+`mergeThreshold`, merge near-duplicates after: handlers/merge.py).
 
 Deciding fixes the cutoff and cuts the matching rows into rowid ranges; applying decays one
 range. The worker applies the ranges one writer transaction each, so stores and recalls run
@@ -12,6 +13,7 @@ import msgspec
 
 from handlers.audit import Change
 from handlers.evict import KEPT, scope_of
+from handlers.merge import merge_all
 from handlers.switch import SWITCHED_ON
 from schema.base import Agent
 from schema.memory import ConsolidateReply, ConsolidateRequest
@@ -84,4 +86,5 @@ def consolidate(conn: apsw.Connection, req: ConsolidateRequest, *, now: int) -> 
     """Decide and apply in one transaction (tests, and callers that want it all at once)."""
     plan = plan_decay(conn, req, now=now, chunk=2**62)
     decayed = sum(apply_decay(conn, plan, lo, hi) for lo, hi in plan.ranges)
-    return ConsolidateReply(memories_decayed=decayed, memories_merged=0, duration_ms=0.0)
+    merged = merge_all(conn, req)
+    return ConsolidateReply(memories_decayed=decayed, memories_merged=merged, duration_ms=0.0)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import msgspec
 from croniter import croniter
 
 
@@ -46,10 +47,16 @@ def _ms(moment: datetime) -> int:
     return round(moment.timestamp() * 1000)
 
 
-def default_jobs(consolidate_cron: str, evict_cron: str) -> list[CronJob]:
-    """The maintenance jobs of contract section 10; an empty expression disables one."""
+def default_jobs(
+    consolidate_cron: str, evict_cron: str, merge_threshold: float = 0.0
+) -> list[CronJob]:
+    """The maintenance jobs of contract section 10; an empty expression disables one. A merge
+    threshold above 0 (MEMORY_WORKER_MERGE_THRESHOLD) goes in each consolidation's request."""
+    consolidate = b"{}"
+    if merge_threshold > 0:
+        consolidate = msgspec.json.encode({"mergeThreshold": merge_threshold})
     jobs = [
-        CronJob("consolidate", "memory::consolidate", consolidate_cron),
+        CronJob("consolidate", "memory::consolidate", consolidate_cron, consolidate),
         CronJob("evict", "memory::evict", evict_cron),
     ]
     return [job for job in jobs if job.expression]

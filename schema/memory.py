@@ -109,6 +109,9 @@ class EvictReply(Reply, frozen=True):
 class ConsolidateRequest(TriggerRequest, frozen=True):
     decay_rate: Unit = 0.05
     agent_id: AgentId | UnsetType = UNSET
+    # An extension (README "memory::consolidate"): memories of one agent and role whose vectors'
+    # cosine is at least this become one memory. Absent: no merging, as the contract has it.
+    merge_threshold: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] | UnsetType = UNSET
 
 
 class ConsolidateReply(Reply, frozen=True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +130,30 @@ def test_bench_sanitize_prints_false_positives_cost_per_turn_and_the_worst_adver
     assert "LoCoMo turns: changed or flagged  1 of 4" in table.stdout
     assert "sanitize(turn) p50 / p99 / max us" in table.stdout
     assert "worst adversarial 8 KiB input" in table.stdout
+
+
+def test_bench_merge_prints_merges_per_threshold_with_examples(tmp_path: Path) -> None:
+    """--merge stores the file's turns and merges at each threshold on a fresh copy: with the
+    hash model (words, any order) a turn repeated in other words is merged at every threshold,
+    and the example shows the newer turn kept."""
+    sample = json.loads(json.dumps(TINY_LOCOMO[0]))
+    sample["conversation"]["session_1"].append(
+        {"speaker": "Ann", "dia_id": "D1:4", "text": "A puppy called Rex, I adopted."}
+    )
+    locomo = tmp_path / "tiny.json"
+    locomo.write_text(json.dumps([sample]), encoding="utf-8")
+    env = {**os.environ, "MEMORY_WORKER_BUILTIN_MODEL": "hash"}
+    command = [sys.executable, "-m", "worker", "bench", "--merge", str(locomo)]
+    done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=120,
+                          env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["memories"] == 4 and results["model"] == "hash-256-v1"
+    assert [run["threshold"] for run in results["runs"]] == [0.9, 0.95, 0.98, 0.99]
+    assert [run["merged"] for run in results["runs"]] == [1, 1, 1, 1]
+    [example] = results["runs"][-1]["examples"]
+    assert example["kept"] == "Ann: A puppy called Rex, I adopted."
+    assert example["merged"] == "Ann: I adopted a puppy called Rex."
+    table = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert table.returncode == 0, table.stderr
+    assert "4 memories (one per turn), vectors of hash-256-v1" in table.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator, MutableMapping
@@ -16,6 +17,7 @@ from scheduler.jobs import CronJob, default_jobs
 from scheduler.runner import Scheduler
 from tests.support import Client
 from worker.app import App
+from worker.config import ConfigError, load_config
 from worker.db import migrate, open_db
 from worker.writer import Writer
 
@@ -65,6 +67,19 @@ def test_default_expressions_and_fire_times() -> None:
     assert consolidate.latest_fire(ms("2026-11-22T06:00:00"), UTC_ZONE) == ms("2026-11-22T06:00:00")
     assert evict.latest_fire(now, UTC_ZONE) == ms("2026-11-22T03:00:00")
     assert default_jobs("", "0 3 * * *")[0].name == "evict"
+
+
+def test_the_merge_threshold_setting_goes_in_the_scheduled_consolidation_only() -> None:
+    """MEMORY_WORKER_MERGE_THRESHOLD: off (0) by default, so the schedule's consolidation is the
+    contract's; set, the consolidation asks for merging and eviction is unchanged."""
+    assert load_config({}).merge_threshold == 0.0
+    [plain, _] = default_jobs("0 */6 * * *", "0 3 * * *", load_config({}).merge_threshold)
+    assert plain.request == b"{}"
+    config = load_config({"MEMORY_WORKER_MERGE_THRESHOLD": "0.95"})
+    [merging, evict] = default_jobs("0 */6 * * *", "0 3 * * *", config.merge_threshold)
+    assert json.loads(merging.request) == {"mergeThreshold": 0.95} and evict.request == b"{}"
+    with pytest.raises(ConfigError, match="MEMORY_WORKER_MERGE_THRESHOLD"):
+        load_config({"MEMORY_WORKER_MERGE_THRESHOLD": "1.5"})
 
 
 def test_cron_time_zone_is_honoured() -> None:

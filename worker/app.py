@@ -94,7 +94,7 @@ class App:
         # Known from the configuration before anything starts: what memory::stats, metrics,
         # dispatch, the scheduler and the maintenance report read and write.
         self.schedule = Schedule(
-            tuple(default_jobs(config.consolidate_cron, config.evict_cron)),
+            tuple(default_jobs(config.consolidate_cron, config.evict_cron, config.merge_threshold)),
             ZoneInfo(config.cron_tz),
         )
         self.telemetry = Telemetry(

@@ -41,6 +41,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     index_memory_mb: Annotated[int, msgspec.Meta(ge=16)] = 1024
     consolidate_cron: str = "0 */6 * * *"
     evict_cron: str = "0 3 * * *"
+    # Scheduled consolidations merge near-duplicates at this cosine (memory::consolidate's
+    # `mergeThreshold`); 0 is off, as the contract's consolidation has it.
+    merge_threshold: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.0
     cron_tz: str = "UTC"
     llm_provider: str = "anthropic"
     llm_model: str = "claude-haiku-4-5"

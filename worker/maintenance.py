@@ -4,6 +4,9 @@ Each decides on a reader (one snapshot, off the writer thread) and applies its d
 of CHUNK memories, one writer job each. The next chunk is queued only once the previous one has
 committed, so a store or recall that arrives meanwhile waits for at most one chunk.
 
+Consolidation's merging (handlers/merge.py) comes after its decay, agent by agent: each agent's
+groups are decided on a reader, then applied a chunk of groups per writer job.
+
 Neither is all-or-nothing (the contract does not ask it): a crash part-way leaves the chunks
 already committed applied. Evicting again finishes the job (what remains still matches); the
 rest of an interrupted decay waits for the next consolidation.
@@ -15,11 +18,14 @@ reply's counts and keeps the job's last run in the telemetry, for memory::stats.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import msgspec
 import structlog
+from msgspec import UNSET
 
 from handlers.audit import purge as purge_audit
 from handlers.consolidate import DecayPlan, decay_range, decayed_changes, plan_decay
@@ -32,6 +38,16 @@ from handlers.evict import (
     evicted_changes,
     plan_eviction,
     scope_of,
+)
+from handlers.merge import (
+    Group,
+    Merged,
+    apply_merges,
+    count_removed,
+    find_groups,
+    merge_agents,
+    merged_changes,
+    read_candidates,
 )
 from schema.base import Agent
 from schema.memory import DAY_MS, ConsolidateReply, ConsolidateRequest, EvictReply, EvictRequest
@@ -74,7 +90,34 @@ async def consolidate(s: Services, req: ConsolidateRequest) -> ConsolidateReply:
     for lo, hi in plan.ranges:
         per_agent = await commit(s, "memory::consolidate", DECAY, Decay(plan, lo, hi))
         decayed += sum(per_agent.values())
-    return ConsolidateReply(memories_decayed=decayed, memories_merged=0, duration_ms=0.0)
+    merged = 0 if req.merge_threshold is UNSET else await merge(s, req, req.merge_threshold)
+    return ConsolidateReply(memories_decayed=decayed, memories_merged=merged, duration_ms=0.0)
+
+
+async def merge(s: Services, req: ConsolidateRequest, threshold: float) -> int:
+    """After decay, agent by agent: read its candidates on a reader and group them on a thread
+    of their own (seconds of numpy for 100k memories, which should not hold a reader), then
+    apply the groups in chunks of about CHUNK memories; how many memories were removed."""
+    removed = 0
+    for agent in await s.readers.run(lambda conn: merge_agents(conn, req)):
+        kinds = await s.readers.run(partial(read_candidates, agent=agent))
+        groups = await asyncio.to_thread(find_groups, agent, kinds, threshold)
+        for part in group_chunks(groups):
+            removed += count_removed(await commit(s, MERGE, MERGE_CHUNK, Merges(part)))
+    return removed
+
+
+def group_chunks(groups: Sequence[Group], size: int = CHUNK) -> list[list[Group]]:
+    """Whole groups, about `size` memories per chunk (a larger group makes a chunk alone)."""
+    parts: list[list[Group]] = [[]]
+    filled = 0
+    for group in groups:
+        if parts[-1] and filled + len(group.merged) + 1 > size:
+            parts.append([])
+            filled = 0
+        parts[-1].append(group)
+        filled += len(group.merged) + 1
+    return [part for part in parts if part]
 
 
 class Chunk(msgspec.Struct, frozen=True):
@@ -88,6 +131,12 @@ class AuditRetention(msgspec.Struct, frozen=True):
     before: int
     scope: str
     params: list[str]
+
+
+class Merges(msgspec.Struct, frozen=True):
+    """Groups of near-duplicates a consolidation decided to merge, applied in one transaction."""
+
+    groups: list[Group]
 
 
 class Decay(msgspec.Struct, frozen=True):
@@ -119,8 +168,17 @@ DECAY: Write[Decay, dict[Agent, int]] = Write(
     reply=lambda decay, per_agent: per_agent,
     changes=lambda decay, per_agent: decayed_changes(per_agent),
 )
+# Not a trigger of its own: consolidation's merging (audited under memory::consolidate).
+MERGE = "memory::consolidate:merge"
+MERGE_CHUNK: Write[Merges, list[Merged]] = Write(
+    decision=Merges,
+    decide=lambda conn, merges, now, _: merges,
+    apply=lambda conn, merges: apply_merges(conn, merges.groups),
+    reply=lambda merges, done: done,
+    changes=lambda merges, done: merged_changes(done),
+)
 # The writes maintenance commits beyond its triggers' own: what a shard must be able to replay.
-EXTRA_WRITES: dict[str, Write[Any, Any]] = {AUDIT_RETENTION: PURGE_AUDIT}
+EXTRA_WRITES: dict[str, Write[Any, Any]] = {AUDIT_RETENTION: PURGE_AUDIT, MERGE: MERGE_CHUNK}
 
 
 def counts(reply: msgspec.Struct) -> dict[str, int]:

@@ -28,6 +28,7 @@ from worker.bench.evict import eviction_rows, measure_eviction
 from worker.bench.filtered import filtered_rows, measure_filtered
 from worker.bench.locomo import measure_locomo
 from worker.bench.mcp_trip import mcp_rows, measure_mcp_round_trip
+from worker.bench.merge import run_merge
 from worker.bench.overhead import client_rows, measure_client_overhead
 from worker.bench.sanitize import run_sanitize
 from worker.bench.scale import measure_scale, scale_rows
@@ -409,6 +410,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "../shared/bench/), cost per turn, worst adversarial input",
     )
     parser.add_argument(
+        "--merge", nargs="?", const="", metavar="PATH",
+        help="only consolidate's mergeThreshold: merges on LoCoMo (the dev split by default)",
+    )  # fmt: skip
+    parser.add_argument(
         "--sanitize-kib", type=int, default=512, help="size of each adversarial input, KiB"
     )
     parser.add_argument("--nats-url", help="bench the worker serving on this server instead")
@@ -429,6 +434,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.sanitize:
         return run_sanitize(args)
+    if args.merge is not None:
+        return run_merge(args)
     if args.sharded:
         sharded = asyncio.run(measure_sharded())
         print(json.dumps(sharded) if args.json else _rows(sharded_rows(sharded)))

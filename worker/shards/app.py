@@ -104,7 +104,7 @@ class ShardApp:
         self._serving: set[asyncio.Task[None]] = set()
         self._crons: dict[int, asyncio.Task[None]] = {}
         self.schedule = Schedule(
-            tuple(default_jobs(config.consolidate_cron, config.evict_cron)),
+            tuple(default_jobs(config.consolidate_cron, config.evict_cron, config.merge_threshold)),
             ZoneInfo(config.cron_tz),
         )
         self._ingest: Ingest | None = None
