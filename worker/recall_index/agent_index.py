@@ -70,8 +70,17 @@ class AgentIndex:
     def __init__(self, anchor_ms: int, capacity: int = 64) -> None:
         self.anchor_ms = anchor_ms
         self.ids = Ids()
-        for name, dtype in COLUMNS.items():
-            setattr(self, name, np.full(capacity, -1 if name == "session" else 0, dtype=dtype))
+        self.live = np.zeros(capacity, dtype=np.bool_)
+        self.timestamp = np.zeros(capacity, dtype=np.int64)
+        self.importance = np.zeros(capacity, dtype=np.float64)
+        self.confidence = np.zeros(capacity, dtype=np.float64)
+        self.role = np.zeros(capacity, dtype=np.int8)
+        self.session = np.full(capacity, -1, dtype=np.int32)
+        self.static = np.zeros(capacity, dtype=np.float64)
+        self.growth = np.zeros(capacity, dtype=np.float64)
+        self.pinned = np.zeros(capacity, dtype=np.bool_)
+        self.category = np.zeros(capacity, dtype=np.int8)
+        self.sensitivity = np.zeros(capacity, dtype=np.int8)
         self.access: dict[int, int] = {}  # slot -> count, for the memories recall returned
         self.tag_slots = SlotLists()  # tag -> slots (the section-13 tag filter)
         self.metadata = SlotLists()  # tag_key(key, canonical value) -> slots
@@ -90,14 +99,14 @@ class AgentIndex:
         return found
 
     def capacity(self) -> int:
-        return len(self.column("live"))
+        return len(self.live)
 
     def _set_scores(self, at: int, timestamp: int, importance: float, confidence: float) -> None:
-        self.column("timestamp")[at] = timestamp
-        self.column("importance")[at] = importance
-        self.column("confidence")[at] = confidence
-        self.column("static")[at] = static_part(importance, confidence)
-        self.column("growth")[at] = growth(timestamp, self.anchor_ms)
+        self.timestamp[at] = timestamp
+        self.importance[at] = importance
+        self.confidence[at] = confidence
+        self.static[at] = static_part(importance, confidence)
+        self.growth[at] = growth(timestamp, self.anchor_ms)
 
     def _grow(self) -> None:
         """Double every column into RAM (a memory-mapped one included)."""
@@ -127,7 +136,7 @@ class AgentIndex:
         tag_slots: dict[str, array[int]] = {}
         metadata: dict[str, array[int]] = {}
         for row in rows:
-            at = self._place(row)
+            at = self._place(row, new=True)
             if at is None:
                 continue
             for token in words(row):
@@ -161,11 +170,11 @@ class AgentIndex:
         live = self.column("live")
         return next((at for at in self.ids.slots(memory_id) if live[at]), None)
 
-    def _place(self, row: Row) -> int | None:
+    def _place(self, row: Row, *, new: bool = False) -> int | None:
         """Set the row's columns; the slot of a new memory, whose lists the caller adds (None:
-        a memory already here, rescored)."""
+        a memory already here, rescored). `new`: the caller knows it is not here (a load)."""
         memory_id, role, session_id, timestamp, importance, confidence = row[:6]
-        existing = self.slot_of(memory_id)
+        existing = None if new else self.slot_of(memory_id)
         if existing is not None:
             self._set_scores(existing, timestamp, importance, confidence)
             self._set_vector(existing, row[6], row[7])
@@ -174,14 +183,13 @@ class AgentIndex:
         if at == self.capacity():
             self._grow()
         self._set_scores(at, timestamp, importance, confidence)
-        self.column("role")[at] = ROLE_CODES[role]
-        code = -1 if session_id is None else self.session_codes.code(session_id)
-        self.column("session")[at] = code
+        self.role[at] = ROLE_CODES[role]
+        self.session[at] = -1 if session_id is None else self.session_codes.code(session_id)
         self._set_vector(at, row[6], row[7])
-        self.column("pinned")[at] = bool(row[11])
-        self.column("category")[at] = CATEGORY_CODES[row[13]]
-        self.column("sensitivity")[at] = SENSITIVITY_CODES[row[14]]
-        self.column("live")[at] = True
+        self.pinned[at] = bool(row[11])
+        self.category[at] = CATEGORY_CODES[row[13]]
+        self.sensitivity[at] = SENSITIVITY_CODES[row[14]]
+        self.live[at] = True
         self.live_count += 1
         self.ids.append(memory_id)  # last: a snapshot's `rows` counts it from now on
         return at

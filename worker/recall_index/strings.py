@@ -137,6 +137,8 @@ class Strings(Sequence[str]):
 
     def positions(self, text: str) -> list[int]:
         """Every position holding this string (ids of dead rows may repeat a live one's)."""
+        if len(self.hashes) == 0:
+            return []
         data = encode(text)
         key = np.uint64(one_hash(data))
         low = int(np.searchsorted(self.hashes, key, side="left"))
