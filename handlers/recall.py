@@ -36,8 +36,12 @@ ROLE_CODES = {"user": 0, "assistant": 1, "system": 2}
 KeywordMode = Literal["share", "idf", "stems"]
 
 
+# Rows of a posting: int32 in the recall index (worker/recall_index/postings.py).
+Posting = npt.NDArray[np.int32]
+
+
 class Postings(Protocol):
-    def get(self, token: str) -> npt.NDArray[np.int64] | None: ...
+    def get(self, token: str) -> Posting | None: ...
 
     def variants(self, stemmed: str) -> Sequence[str]: ...
 
@@ -55,7 +59,7 @@ class Columns:
     confidence: npt.NDArray[np.float64]
     role: npt.NDArray[np.int8]
     session: npt.NDArray[np.int32]
-    session_codes: dict[str, int]
+    session_codes: Mapping[str, int]
     vectors: dict[str, npt.NDArray[np.float32]]
     has_vector: dict[str, npt.NDArray[np.bool_]]
     postings: Postings
@@ -68,11 +72,11 @@ class Columns:
     anchor_ms: int
     pinned: npt.NDArray[np.bool_]
     # (top-level metadata key, canonical JSON value) -> slots: the metadata filter's lookup.
-    tags: Mapping[tuple[str, str], Sequence[int]]
+    tags: Mapping[tuple[str, str], Sequence[int] | npt.NDArray[np.int32]]
     # The taxonomy (handlers/taxonomy.py codes) and tag -> slots, the section-13 filters' own.
     category: npt.NDArray[np.int8]
     sensitivity: npt.NDArray[np.int8]
-    tag_slots: Mapping[str, Sequence[int]]
+    tag_slots: Mapping[str, Sequence[int] | npt.NDArray[np.int32]]
 
 
 def canonical_json(value: Any) -> str:
@@ -118,7 +122,7 @@ def idf(rows: int, frequency: int) -> float:
     return math.log((rows - frequency + 0.5) / (frequency + 0.5) + 1.0)
 
 
-def stem_posting(postings: Postings, stemmed: str) -> npt.NDArray[np.int64] | None:
+def stem_posting(postings: Postings, stemmed: str) -> Posting | None:
     """Rows having any word with this stem, each once."""
     found = [p for token in postings.variants(stemmed) if (p := postings.get(token)) is not None]
     if len(found) <= 1:
@@ -126,7 +130,7 @@ def stem_posting(postings: Postings, stemmed: str) -> npt.NDArray[np.int64] | No
     return np.unique(np.concatenate(found))
 
 
-def live_rows(columns: Columns, posting: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+def live_rows(columns: Columns, posting: Posting) -> Posting:
     """The posting's rows in this snapshot that hold a memory: postings keep removed rows until
     the agent reloads, and gain rows appended after the snapshot; neither may count."""
     posting = posting[posting < columns.rows]
@@ -135,7 +139,7 @@ def live_rows(columns: Columns, posting: npt.NDArray[np.int64]) -> npt.NDArray[n
 
 def keyword_weights(
     columns: Columns, keywords: list[str], mode: KeywordMode
-) -> list[tuple[npt.NDArray[np.int64] | None, float]]:
+) -> list[tuple[Posting | None, float]]:
     """Each query keyword's posting (rows containing it) and its share of the keyword term.
 
     `share` weighs every keyword alike, as the contract says; `idf` weighs rare ones more (a

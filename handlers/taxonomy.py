@@ -93,7 +93,7 @@ def taxonomy_mask(
     rows: int,
     category: npt.NDArray[np.int8],
     sensitivity: npt.NDArray[np.int8],
-    tag_slots: Mapping[str, Sequence[int]],
+    tag_slots: Mapping[str, Sequence[int] | npt.NDArray[np.int32]],
 ) -> npt.NDArray[np.bool_] | None:
     """The rows of the recall index's columns that pass the taxonomy filters; None when none
     is given."""

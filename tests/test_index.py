@@ -22,7 +22,8 @@ from tests.support import Client
 from worker.app import App
 from worker.db import migrate, open_db
 from worker.readers import Readers
-from worker.recall_index.index import MemoryIndex, Snapshot, install_change_log, take_changes
+from worker.recall_index.changes import ChangeReader
+from worker.recall_index.index import MemoryIndex, Snapshot
 
 
 def filled_db(path: Path, agents: tuple[str, ...], count: int) -> apsw.Connection:
@@ -102,7 +103,7 @@ def test_writes_committed_during_a_load_are_applied_without_waiting_for_it(
     path = tmp_path / "memory.db"
     filled_db(path, ("a",), 50).close()
     writer = open_db(path)
-    install_change_log(writer)
+    log = ChangeReader(writer)
     applied = threading.Event()
 
     def write_and_apply() -> None:
@@ -113,7 +114,7 @@ def test_writes_committed_during_a_load_are_applied_without_waiting_for_it(
             )  # fmt: skip
             writer.execute("UPDATE memories SET importance = 0.9 WHERE content = 'a note 1'")
             writer.execute("DELETE FROM memories WHERE content = 'a note 2'")
-        index.apply(writer, take_changes(writer))
+        index.apply(writer, log.take(writer))
         applied.set()
 
     def write_from_another_thread() -> None:
@@ -288,12 +289,12 @@ async def test_recalls_of_other_agents_go_on_while_one_agent_loads(
         await app.stop()
 
 
-def test_a_commit_after_another_processs_write_drops_the_index_which_reloads_it(
+def test_a_commit_after_another_processs_write_applies_that_write_from_the_change_log(
     tmp_path: Path,
 ) -> None:
-    """The writer's `after_commit` applies its own changes in place, but when another process
-    wrote the file (its `data_version` moved) it drops every agent, and the next recall reads
-    the file as it is now."""
+    """The writer's `after_commit` applies its own changes in place, and another process's
+    write (logged by the same triggers) at its next commit: the agent stays loaded and holds
+    the other process's memory, as a fresh load would."""
     path = tmp_path / "memory.db"
     writer = filled_db(path, ("a",), 20)
     index = MemoryIndex(Readers(path), max_bytes=10**9, clock=lambda: 3)
@@ -307,6 +308,8 @@ def test_a_commit_after_another_processs_write_drops_the_index_which_reloads_it(
     with writer:
         pass  # the worker's idle commit (App._watch_other_writers)
     index.after_commit(writer)
-    assert index.loaded_agents() == 0
-    assert rows_of(index) == 21
+    assert index.loaded_agents() == 1
+    columns = columns_of(index, "a")
+    live = {columns.ids[int(row)] for row in np.flatnonzero(columns.live[: columns.rows])}
+    assert live == {i for (i,) in writer.execute("SELECT id FROM memories")} and len(live) == 21
     writer.close()

@@ -21,21 +21,22 @@ from worker.app import App
 from worker.db import migrate, open_db
 from worker.readers import Readers
 from worker.recall_index.agent_index import AgentKey
-from worker.recall_index.index import MemoryIndex, install_change_log, take_changes
+from worker.recall_index.changes import ChangeReader
+from worker.recall_index.index import MemoryIndex
 
 
-def two_tenants(path: Path) -> tuple[apsw.Connection, dict[str, set[str]]]:
-    """A writer (logging changes for the index) on a file where tenants A and B each have an
-    agent `a` with the same three contents; the ids of each tenant's memories."""
+def two_tenants(path: Path) -> tuple[apsw.Connection, dict[str, set[str]], ChangeReader]:
+    """A writer (and its reader of the change log) on a file where tenants A and B each have
+    an agent `a` with the same three contents; the ids of each tenant's memories."""
     conn = open_db(path)
     migrate(conn)
-    install_change_log(conn)
+    changes = ChangeReader(conn)
     ids: dict[str, set[str]] = {"A": set(), "B": set()}
     with conn:
         for tenant in ids:
             ids[tenant] = {insert(conn, tenant, "a", f"shared note {n}") for n in range(3)}
-    take_changes(conn)  # written before any index existed: nothing to apply
-    return conn, ids
+    changes.take(conn)  # written before any index existed: nothing to apply
+    return conn, ids, changes
 
 
 def live_ids(index: MemoryIndex, key: AgentKey) -> set[str]:
@@ -44,7 +45,7 @@ def live_ids(index: MemoryIndex, key: AgentKey) -> set[str]:
 
 
 def test_a_cold_load_reads_only_its_own_tenants_rows_of_the_agent(tmp_path: Path) -> None:
-    conn, ids = two_tenants(tmp_path / "memory.db")
+    conn, ids, _ = two_tenants(tmp_path / "memory.db")
     index = MemoryIndex(Readers(tmp_path / "memory.db"), max_bytes=10**9, clock=lambda: 3)
     assert live_ids(index, ("A", "a")) == ids["A"]
     assert live_ids(index, ("B", "a")) == ids["B"]
@@ -58,7 +59,7 @@ def test_a_write_to_tenant_bs_agent_leaves_tenant_as_loaded_index_untouched(
 ) -> None:
     """Insert, rescore and delete in B's `a` while both are loaded: B's index follows them,
     A's keeps its rows, scores and live flags exactly."""
-    conn, ids = two_tenants(tmp_path / "memory.db")
+    conn, ids, log = two_tenants(tmp_path / "memory.db")
     index = MemoryIndex(Readers(tmp_path / "memory.db"), max_bytes=10**9, clock=lambda: 3)
     before = index.snapshot(("A", "a")).columns
     rows, importance = before.rows, before.importance[: before.rows].copy()
@@ -68,7 +69,7 @@ def test_a_write_to_tenant_bs_agent_leaves_tenant_as_loaded_index_untouched(
         added = insert(conn, "B", "a", "only in B")
         conn.execute("UPDATE memories SET importance = 0.9 WHERE id = ?", (rescored,))
         conn.execute("DELETE FROM memories WHERE id = ?", (gone,))
-    changes = take_changes(conn)
+    changes = log.take(conn)
     assert {key for key, _, _ in changes} == {("B", "a")}
     index.apply(conn, changes)
     after = index.snapshot(("A", "a")).columns
@@ -83,14 +84,14 @@ def test_a_write_to_tenant_bs_agent_leaves_tenant_as_loaded_index_untouched(
 def test_a_memory_moved_to_another_tenant_leaves_the_old_index_and_joins_the_new(
     tmp_path: Path,
 ) -> None:
-    conn, ids = two_tenants(tmp_path / "memory.db")
+    conn, ids, log = two_tenants(tmp_path / "memory.db")
     index = MemoryIndex(Readers(tmp_path / "memory.db"), max_bytes=10**9, clock=lambda: 3)
     live_ids(index, ("A", "a"))
     live_ids(index, ("B", "a"))
     moved = sorted(ids["A"])[0]
     with conn:
         conn.execute("UPDATE memories SET tenant = 'B' WHERE id = ?", (moved,))
-    index.apply(conn, take_changes(conn))
+    index.apply(conn, log.take(conn))
     assert live_ids(index, ("A", "a")) == ids["A"] - {moved}
     assert live_ids(index, ("B", "a")) == ids["B"] | {moved}
     conn.close()
@@ -99,7 +100,7 @@ def test_a_memory_moved_to_another_tenant_leaves_the_old_index_and_joins_the_new
 def test_an_index_told_of_another_tenants_memory_does_not_take_it(tmp_path: Path) -> None:
     """The replay reads a changed row by id: it keeps it only if the row is this tenant's
     agent's, whatever change was logged for it."""
-    conn, ids = two_tenants(tmp_path / "memory.db")
+    conn, ids, _ = two_tenants(tmp_path / "memory.db")
     index = MemoryIndex(Readers(tmp_path / "memory.db"), max_bytes=10**9, clock=lambda: 3)
     live_ids(index, ("A", "a"))
     index.apply(conn, [(("A", "a"), memory_id, "upsert") for memory_id in ids["B"]])

@@ -61,6 +61,12 @@ def make_embedder(config: Config, nc: Any) -> Embedder:
     return BatchingEmbedder(builtin_model(config.builtin_model))
 
 
+def index_dir(db_path: Path, config: Config) -> Path | None:
+    """Where the recall index persists its agents (worker/recall_index/persist.py): beside the
+    database, `<file>.index/`; None when switched off."""
+    return Path(f"{db_path}.index") if config.index_persist else None
+
+
 def builtin_model(name: str) -> LocalModel:
     """The learned model if its wheels are installed, else the hashing stand-in (logged)."""
     try:
@@ -136,7 +142,12 @@ class App:
             await embedded.start()
         self._readers = readers = Readers(db_path)
         self._on_stop("database", self._close_database)
-        index = MemoryIndex(readers, config.index_memory_mb * 1024 * 1024, wall_clock_ms)
+        index = MemoryIndex(
+            readers,
+            config.index_memory_mb * 1024 * 1024,
+            wall_clock_ms,
+            cache_dir=index_dir(db_path, config),
+        )
         try:
             self._conn = conn = open_db(db_path, synchronous=config.synchronous)
             await _quick_check(conn, db_path)
@@ -146,6 +157,8 @@ class App:
             raise unusable(db_path, error) from None
         self._writer = writer = Writer(conn, after_commit=index.after_commit)
         writer.start()
+        # After the writer stops, before the file closes: the snapshots worth writing.
+        self._on_stop("index", index.close)
         self._on_stop("writer", writer.stop)
         # After the NATS connection is drained: the access counts of recalls already answered,
         # on their way to the writer.

@@ -39,6 +39,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     metrics_port: Port = 0
     metrics_host: str = "0.0.0.0"
     index_memory_mb: Annotated[int, msgspec.Meta(ge=16)] = 1024
+    # The recall index keeps each agent's columns beside the database (`<file>.index/`), a
+    # cache that opens memory-mapped at the next start (worker/recall_index/persist.py).
+    index_persist: bool = True
     consolidate_cron: str = "0 */6 * * *"
     evict_cron: str = "0 3 * * *"
     # Scheduled consolidations merge near-duplicates at this cosine (memory::consolidate's

@@ -80,7 +80,7 @@ def _recall(
     )
     if not ranked:
         return RecallReply(memories=[], pinned=pinned), now
-    counts = found.count_access([memory_id for memory_id, _ in ranked])
+    counts = found.count_access(conn, [memory_id for memory_id, _ in ranked])
     reply = recall_handler.recalled_memories(conn, tenant, req.agent_id, ranked, counts, now=now)
     return msgspec.structs.replace(reply, pinned=pinned), now
 

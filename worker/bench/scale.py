@@ -4,7 +4,9 @@ For each N the agent is written straight into a fresh file (worker/bench/synthet
 worker is started on it three times: keywords only (`--embedder none`) twice, the second start
 being the restart whose first recall is reported, and once with vectors (the stub embedder on
 the bus, 384-d). Each start reports its first recall, recall p50/p99 over sequential recalls,
-recalls per second with 16 in flight, and the worker's RSS.
+recalls per second with 16 in flight, and the worker's RSS (and its growth from before the first
+recall, per memory). The first start loads the agent from SQLite and writes its snapshot beside
+the file (worker/recall_index/persist.py); the restart opens that snapshot.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ async def measure_start(
     nc = await nats.connect(url)
     try:
         await _wait_for_service(nc)
+        rss_before = _rss_mb(worker.pid)
         client = BenchClient(nc, timeout=300.0)
         payloads = [{"agentId": AGENT, "query": q} for q in queries]
         first_ms, _ = await client.timed("memory.recall", payloads[0])
@@ -64,6 +67,7 @@ async def measure_start(
             **percentiles(sequential),
             "per_second_16_in_flight": round(len(payloads) / seconds),
             "rss_mb": _rss_mb(worker.pid),
+            "rss_before_mb": rss_before,
         }
     finally:
         await nc.close()
@@ -93,6 +97,10 @@ async def measure_scale(
                 stub.send_signal(signal.SIGTERM)
                 stub.wait(timeout=20)
             row["db_mb"] = round(os.path.getsize(path) / 2**20)
+            cache = Path(f"{path}.index")
+            files = [f for f in cache.rglob("*") if f.is_file()] if cache.is_dir() else []
+            # Blocks on disk (the room for appends is a hole in each file).
+            row["index_mb"] = round(sum(f.stat().st_blocks * 512 for f in files) / 2**20)
             results.append(row)
     return results
 
@@ -102,6 +110,7 @@ def scale_rows(results: list[dict[str, Any]]) -> list[tuple[str, Any]]:
     for found in results:
         size = f"{found['memories']:,}"
         rows.append((f"{size}: database MB (with vectors)", found["db_mb"]))
+        rows.append((f"{size}: persisted index MB on disk (with vectors)", found["index_mb"]))
         for name, label in (
             ("keywords_first_start", "keywords, first start"),
             ("keywords", "keywords, restarted"),
@@ -115,4 +124,6 @@ def scale_rows(results: list[dict[str, Any]]) -> list[tuple[str, Any]]:
                     f"{part['per_second_16_in_flight']} / {part['rss_mb']}",
                 )
             )
+            grown = (part["rss_mb"] - part["rss_before_mb"]) * 2**20 / found["memories"]
+            rows.append((f"{size}: {label}: RSS bytes per memory (after - before)", round(grown)))
     return rows

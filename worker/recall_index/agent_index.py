@@ -4,12 +4,18 @@ Rows are appended, never moved, so that a snapshot (`columns()`) taken under the
 valid while later writes append past its `rows`; a deleted row is masked until the next load. A
 rescore, a new vector and a deletion write a row's slots in place, under a snapshot in use:
 worker/recall_index/index.py's `Snapshot` says what a ranking can see of that.
+
+The columns may be memory-mapped copy-on-write from a persisted snapshot
+(worker/recall_index/persist.py), with room for appends; the string lookups and the lists
+(worker/recall_index/lookups.py, postings.py) are an unchanging base plus a tail in RAM. Access
+counts are not kept per row: a memory's count is read from SQLite the first time a recall
+returns it and counted here from then on (recall persists them behind its reply).
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import msgspec
@@ -18,7 +24,10 @@ import numpy as np
 from handlers.recall import ROLE_CODES, Columns, canonical_json, growth, static_part
 from handlers.taxonomy import CATEGORY_CODES, SENSITIVITY_CODES, string_list
 from handlers.text import tokens
-from worker.recall_index.postings import GrowingPostings, PostingLists
+from worker.recall_index.changes import Mark
+from worker.recall_index.lookups import Ids, MetadataLookup, SessionCodes, tag_key
+from worker.recall_index.postings import Csr, Postings, SlotLists
+from worker.recall_index.strings import Strings
 
 ROW_SQL = (
     "SELECT id, role, session_id, timestamp, importance, confidence, embedding, "
@@ -31,6 +40,11 @@ Row = tuple[
 ]  # fmt: skip
 # (tenant, agent_id): the same agentId in two tenants is two agents (contract section 15).
 AgentKey = tuple[str, str]
+COLUMNS = {
+    "live": np.bool_, "timestamp": np.int64, "importance": np.float64, "confidence": np.float64,
+    "role": np.int8, "session": np.int32, "static": np.float64, "growth": np.float64,
+    "pinned": np.bool_, "category": np.int8, "sensitivity": np.int8,
+}  # fmt: skip
 
 
 def words(row: Row) -> set[str]:
@@ -41,14 +55,21 @@ def words(row: Row) -> set[str]:
     return found
 
 
+def list_keys(row: Row) -> tuple[list[str], list[str]]:
+    """The memory's tags and its metadata's `tag_key`s."""
+    metadata = []
+    if row[10] is not None:
+        for key, value in msgspec.json.decode(row[10], type=dict[str, Any]).items():
+            metadata.append(tag_key(key, canonical_json(value)))
+    return string_list(row[15]), metadata
+
+
 class AgentIndex:
     """Append-only arrays with a live mask; a deleted row's slot is dropped at the next load."""
 
-    def __init__(self, anchor_ms: int) -> None:
+    def __init__(self, anchor_ms: int, capacity: int = 64) -> None:
         self.anchor_ms = anchor_ms
-        self.ids: list[str] = []
-        self.row_of: dict[str, int] = {}
-        capacity = 64
+        self.ids = Ids()
         self.live = np.zeros(capacity, dtype=np.bool_)
         self.timestamp = np.zeros(capacity, dtype=np.int64)
         self.importance = np.zeros(capacity, dtype=np.float64)
@@ -57,29 +78,28 @@ class AgentIndex:
         self.session = np.full(capacity, -1, dtype=np.int32)
         self.static = np.zeros(capacity, dtype=np.float64)
         self.growth = np.zeros(capacity, dtype=np.float64)
-        # Access counts live here first: a recall counts its accesses in memory and answers at
-        # once; the database catches up in the writer's next batch.
-        self.access = np.zeros(capacity, dtype=np.int64)
         self.pinned = np.zeros(capacity, dtype=np.bool_)
-        # The taxonomy filters' columns (codes of handlers/taxonomy.py) and the tags' lookup:
-        # tag -> slots, append-only like the metadata lookup below.
         self.category = np.zeros(capacity, dtype=np.int8)
         self.sensitivity = np.zeros(capacity, dtype=np.int8)
-        self.tag_slots: dict[str, array[int]] = {}
-        # The metadata filter's lookup: (top-level key, canonical JSON value) -> the slots of
-        # the memories that have it. Append-only, like the slots, so that a ranking reading it
-        # without the lock sees at worst slots beyond its snapshot, which it ignores.
-        self.tags: dict[tuple[str, str], array[int]] = {}
-        self.session_codes: dict[str, int] = {}
+        self.access: dict[int, int] = {}  # slot -> count, for the memories recall returned
+        self.tag_slots = SlotLists()  # tag -> slots (the section-13 tag filter)
+        self.metadata = SlotLists()  # tag_key(key, canonical value) -> slots
+        self.tags = MetadataLookup(self.metadata)
+        self.session_codes = SessionCodes()
         self.vectors: dict[str, np.ndarray] = {}
         self.has_vector: dict[str, np.ndarray] = {}
-        self.postings = GrowingPostings()
+        self.postings = Postings()
         self.dead = 0
+        self.live_count = 0
+        # The change log position this index is complete through (None: unknown).
+        self.complete: Mark | None = None
 
-    _COLUMNS = (
-        "live", "timestamp", "importance", "confidence", "role", "session", "static", "growth",
-        "access", "pinned", "category", "sensitivity",
-    )  # fmt: skip
+    def column(self, name: str) -> np.ndarray:
+        found: np.ndarray = getattr(self, name)
+        return found
+
+    def capacity(self) -> int:
+        return len(self.live)
 
     def _set_scores(self, at: int, timestamp: int, importance: float, confidence: float) -> None:
         self.timestamp[at] = timestamp
@@ -89,9 +109,10 @@ class AgentIndex:
         self.growth[at] = growth(timestamp, self.anchor_ms)
 
     def _grow(self) -> None:
-        capacity = 2 * len(self.live)
-        for name in self._COLUMNS:
-            old = getattr(self, name)
+        """Double every column into RAM (a memory-mapped one included)."""
+        capacity = 2 * self.capacity()
+        for name in COLUMNS:
+            old = self.column(name)
             new = np.full(capacity, -1 if name == "session" else 0, dtype=old.dtype)
             new[: len(old)] = old
             setattr(self, name, new)
@@ -104,56 +125,73 @@ class AgentIndex:
             self.has_vector[model] = flags
 
     def load(self, rows: Iterable[Row]) -> None:
-        """Add many rows at once, their postings gathered first and made arrays once: one
-        numpy append per token occurrence was most of a first recall's time."""
-        gathered: PostingLists = {}
+        """Add many rows to an empty index at once: the lookups and lists are gathered in RAM
+        and made arrays once (one numpy append per token occurrence was most of a first
+        recall's time). Onto an index that holds rows already, they are added one by one."""
+        if len(self.ids):
+            for row in rows:
+                self.upsert(row)
+            return
+        postings: dict[str, array[int]] = {}
+        tag_slots: dict[str, array[int]] = {}
+        metadata: dict[str, array[int]] = {}
         for row in rows:
-            at = self._place(row)
+            at = self._place(row, new=True)
             if at is None:
                 continue
             for token in words(row):
-                found = gathered.get(token)
-                if found is None:
-                    gathered[token] = found = array("i")
-                found.append(at)
-        self.postings.extend(gathered)
+                postings.setdefault(token, array("i")).append(at)
+            tags, keys = list_keys(row)
+            for tag in tags:
+                tag_slots.setdefault(tag, array("i")).append(at)
+            for key in keys:
+                metadata.setdefault(key, array("i")).append(at)
+        self.ids = Ids(Strings.build(self.ids.tail))
+        self.session_codes = SessionCodes(Strings.build(self.session_codes.new_sessions()))
+        self.postings = Postings.gathered(postings)
+        self.tag_slots = SlotLists(Csr.gathered(tag_slots))
+        self.metadata = SlotLists(Csr.gathered(metadata))
+        self.tags = MetadataLookup(self.metadata)
 
     def upsert(self, row: Row) -> None:
         at = self._place(row)
-        if at is not None:
-            for token in words(row):
-                self.postings.add(token, at)
+        if at is None:
+            return
+        for token in words(row):
+            self.postings.add(token, at)
+        tags, keys = list_keys(row)
+        for tag in tags:
+            self.tag_slots.add(tag, at)
+        for key in keys:
+            self.metadata.add(key, at)
 
-    def _place(self, row: Row) -> int | None:
-        """Set the row's columns; the slot of a new memory, whose postings the caller adds
-        (None: a memory already here, rescored)."""
+    def slot_of(self, memory_id: str) -> int | None:
+        """The memory's live slot, if it has one."""
+        live = self.column("live")
+        return next((at for at in self.ids.slots(memory_id) if live[at]), None)
+
+    def _place(self, row: Row, *, new: bool = False) -> int | None:
+        """Set the row's columns; the slot of a new memory, whose lists the caller adds (None:
+        a memory already here, rescored). `new`: the caller knows it is not here (a load)."""
         memory_id, role, session_id, timestamp, importance, confidence = row[:6]
-        existing = self.row_of.get(memory_id)
+        existing = None if new else self.slot_of(memory_id)
         if existing is not None:
             self._set_scores(existing, timestamp, importance, confidence)
             self._set_vector(existing, row[6], row[7])
             return None
         at = len(self.ids)
-        if at == len(self.live):
+        if at == self.capacity():
             self._grow()
-        self.ids.append(memory_id)
-        self.row_of[memory_id] = at
-        self.live[at] = True
         self._set_scores(at, timestamp, importance, confidence)
-        self.access[at] = row[9]
         self.role[at] = ROLE_CODES[role]
-        if session_id is not None:
-            code = self.session_codes.setdefault(session_id, len(self.session_codes))
-            self.session[at] = code
+        self.session[at] = -1 if session_id is None else self.session_codes.code(session_id)
         self._set_vector(at, row[6], row[7])
         self.pinned[at] = bool(row[11])
         self.category[at] = CATEGORY_CODES[row[13]]
         self.sensitivity[at] = SENSITIVITY_CODES[row[14]]
-        for tag in string_list(row[15]):
-            self.tag_slots.setdefault(tag, array("i")).append(at)
-        if row[10] is not None:
-            for key, value in msgspec.json.decode(row[10], type=dict[str, Any]).items():
-                self.tags.setdefault((key, canonical_json(value)), array("i")).append(at)
+        self.live[at] = True
+        self.live_count += 1
+        self.ids.append(memory_id)  # last: a snapshot's `rows` counts it from now on
         return at
 
     def _set_vector(self, at: int, blob: bytes | None, model: str | None) -> None:
@@ -161,58 +199,73 @@ class AgentIndex:
             return
         vector = np.frombuffer(blob, dtype=np.float32)
         if model not in self.vectors:
-            self.vectors[model] = np.zeros((len(self.live), len(vector)), dtype=np.float32)
-            self.has_vector[model] = np.zeros(len(self.live), dtype=np.bool_)
+            self.vectors[model] = np.zeros((self.capacity(), len(vector)), dtype=np.float32)
+            self.has_vector[model] = np.zeros(self.capacity(), dtype=np.bool_)
         if self.vectors[model].shape[1] == len(vector):
             self.vectors[model][at] = vector
             self.has_vector[model][at] = True
 
-    def count_access(self, memory_ids: list[str]) -> dict[str, int]:
-        """Add one access to each (live) memory; their counts after it."""
+    def unknown_access(self, memory_ids: list[str]) -> list[str]:
+        """The ids among these whose access count is not held here yet."""
+        return [
+            i for i in memory_ids if (at := self.slot_of(i)) is not None and at not in self.access
+        ]
+
+    def count_access(self, memory_ids: list[str], stored: dict[str, int]) -> dict[str, int]:
+        """Add one access to each (live) memory; their counts after it. `stored` holds the
+        counts SQLite had for those whose count is not held here yet."""
         counts = {}
         for memory_id in memory_ids:
-            at = self.row_of.get(memory_id)
+            at = self.slot_of(memory_id)
             if at is not None:
-                self.access[at] += 1
-                counts[memory_id] = int(self.access[at])
+                count = self.access.get(at)
+                count = stored.get(memory_id, 0) if count is None else count
+                self.access[at] = counts[memory_id] = count + 1
         return counts
 
     def remove(self, memory_id: str) -> None:
-        at = self.row_of.pop(memory_id, None)
+        at = self.slot_of(memory_id)
         if at is not None:
-            self.live[at] = False
+            self.column("live")[at] = False
+            self.access.pop(at, None)
             self.dead += 1
+            self.live_count -= 1
 
     def columns(self) -> Columns:
         """A snapshot to rank without the lock: appends after it lie beyond its `rows`; rows
         below it share their slots with later in-place writes (worker/index.Snapshot)."""
+        get = self.column
         return Columns(
             rows=len(self.ids),
             ids=self.ids,
-            live=self.live,
-            timestamp=self.timestamp,
-            importance=self.importance,
-            confidence=self.confidence,
-            role=self.role,
-            session=self.session,
+            live=get("live"),
+            timestamp=get("timestamp"),
+            importance=get("importance"),
+            confidence=get("confidence"),
+            role=get("role"),
+            session=get("session"),
             session_codes=self.session_codes,
             vectors=dict(self.vectors),
             has_vector=dict(self.has_vector),
             postings=self.postings,
-            pinned=self.pinned,
+            pinned=get("pinned"),
             tags=self.tags,
-            category=self.category,
-            sensitivity=self.sensitivity,
+            category=get("category"),
+            sensitivity=get("sensitivity"),
             tag_slots=self.tag_slots,
-            static=self.static,
-            growth=self.growth,
+            static=get("static"),
+            growth=get("growth"),
             anchor_ms=self.anchor_ms,
         )
 
+    def arrays(self) -> Iterator[np.ndarray]:
+        yield from (self.column(name) for name in COLUMNS)
+        yield from self.vectors.values()
+        yield from self.has_vector.values()
+
     def nbytes(self) -> int:
-        size = sum(getattr(self, name).nbytes for name in self._COLUMNS)
-        size += sum(m.nbytes for m in self.vectors.values())
-        size += self.postings.nbytes()
-        size += sum(100 + 4 * len(slots) for slots in self.tags.values())
-        size += sum(100 + 4 * len(slots) for slots in self.tag_slots.values())
-        return int(size) + 120 * len(self.ids)
+        """What it holds in RAM (a memory-mapped array's pages are the page cache's)."""
+        size = sum(int(a.nbytes) for a in self.arrays() if not isinstance(a, np.memmap))
+        size += self.postings.nbytes() + self.tag_slots.nbytes() + self.metadata.nbytes()
+        size += self.ids.base.blob.nbytes if not isinstance(self.ids.base.blob, np.memmap) else 0
+        return int(size) + self.ids.nbytes() + 100 * len(self.access)

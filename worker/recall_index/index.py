@@ -6,15 +6,22 @@ agent without touching SQLite. Agents load on first use and leave, least recentl
 when the index outgrows its memory budget. An agent is a (tenant, agentId) pair everywhere here,
 so that agent `a1` of two tenants is two indexes that share nothing (contract section 15).
 
-A load reads the agent's rows without holding the lock (a large agent takes seconds, and the
-writer applies every commit under the lock, so holding it would stall every write and every
-other recall). Changes applied while the load runs are kept and replayed onto the loaded index
-under the lock before it is installed: a change committed before the load's snapshot began is in
-it, one committed after is replayed (replaying one already in the snapshot changes nothing).
+A load reads the agent's persisted snapshot (worker/recall_index/persist.py) and replays the
+agent's changes since, or, when there is none it can trust, the agent's rows from SQLite (then
+a snapshot is written in the background: worker/recall_index/saver.py). It runs without holding
+the lock (a large agent takes seconds from SQLite, and the writer applies every commit under the
+lock, so holding it would stall every write and every other recall). Changes applied while the
+load runs are kept and replayed onto the loaded index under the lock before it is installed: a
+change committed before the load's read began is in it, one committed after is replayed
+(replaying one already in it changes nothing).
+
+Changes come from the permanent change log (worker/recall_index/changes.py), which every writer
+of the file fills, so a write by another process (a second worker, an import) is applied like
+this worker's own at its next commit.
 
 All of the index's concurrency lives in this class, behind three calls: `attach` once on the
 writer's connection, `after_commit` from the writer thread after each commit, and `with_snapshot`
-from the event loop for each recall.
+from the event loop for each recall; `close` at shutdown.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 import apsw
@@ -32,6 +40,9 @@ import structlog
 from handlers.recall import Columns
 from worker.readers import Readers
 from worker.recall_index.agent_index import ROW_SQL, AgentIndex, AgentKey
+from worker.recall_index.changes import ChangeReader, LogGap, Mark, changes_since, last_mark, trim
+from worker.recall_index.persist import Frozen, Store, freeze
+from worker.recall_index.saver import Saver
 
 log = structlog.get_logger()
 # A forgotten memory (contract section 12), or one whose recall policy is `never` (section 13),
@@ -39,30 +50,8 @@ log = structlog.get_logger()
 RECALLABLE = " AND forgotten_at IS NULL AND recall_policy != 'never'"
 T = TypeVar("T")
 
-# A row moved to another tenant or agent leaves the old one's index and joins the new one's; a
-# row whose content, summary or taxonomy changed (memory::update) is re-added, so that its
-# keywords and filter columns are the new ones.
-CHANGE_LOG = """
-CREATE TEMP TABLE IF NOT EXISTS index_changes
-    (tenant TEXT, agent_id TEXT, memory_id TEXT, op TEXT);
-CREATE TEMP TRIGGER IF NOT EXISTS index_on_insert AFTER INSERT ON main.memories BEGIN
-    INSERT INTO index_changes VALUES (new.tenant, new.agent_id, new.id, 'upsert'); END;
-CREATE TEMP TRIGGER IF NOT EXISTS index_on_delete AFTER DELETE ON main.memories BEGIN
-    INSERT INTO index_changes VALUES (old.tenant, old.agent_id, old.id, 'delete'); END;
-CREATE TEMP TRIGGER IF NOT EXISTS index_on_rescore
-    AFTER UPDATE OF confidence, importance, timestamp, embedding, forgotten_at
-    ON main.memories BEGIN
-    INSERT INTO index_changes VALUES (new.tenant, new.agent_id, new.id, 'upsert'); END;
-CREATE TEMP TRIGGER IF NOT EXISTS index_on_rewrite
-    AFTER UPDATE OF content, role, session_id, metadata, pinned, summary, category, sensitivity,
-    recall_policy, tags ON main.memories BEGIN
-    INSERT INTO index_changes VALUES (old.tenant, old.agent_id, old.id, 'delete');
-    INSERT INTO index_changes VALUES (new.tenant, new.agent_id, new.id, 'upsert'); END;
-CREATE TEMP TRIGGER IF NOT EXISTS index_on_move
-    AFTER UPDATE OF tenant, agent_id ON main.memories BEGIN
-    INSERT INTO index_changes VALUES (old.tenant, old.agent_id, old.id, 'delete');
-    INSERT INTO index_changes VALUES (new.tenant, new.agent_id, new.id, 'upsert'); END;
-"""
+# Commits between trims of the change log.
+TRIM_EVERY = 200
 
 
 @dataclass
@@ -95,17 +84,33 @@ class Snapshot:
     Only memories whose rows change during that very recall are affected.
     """
 
-    __slots__ = ("_agent", "_lock", "columns")
+    __slots__ = ("_agent", "_key", "_lock", "columns")
 
-    def __init__(self, columns: Columns, agent: AgentIndex, lock: threading.RLock) -> None:
+    def __init__(
+        self, columns: Columns, agent: AgentIndex, lock: threading.RLock, key: AgentKey
+    ) -> None:
         self.columns = columns
         self._agent = agent
         self._lock = lock
+        self._key = key
 
-    def count_access(self, memory_ids: list[str]) -> dict[str, int]:
-        """Count one access of each memory in the index; their counts after it."""
+    def count_access(self, conn: apsw.Connection, memory_ids: list[str]) -> dict[str, int]:
+        """Count one access of each memory in the index; their counts after it. A count not
+        held yet is read from conn first (outside the lock)."""
         with self._lock:
-            return self._agent.count_access(memory_ids)
+            unknown = self._agent.unknown_access(memory_ids)
+        stored: dict[str, int] = {}
+        if unknown:
+            marks = ",".join("?" * len(unknown))
+            stored = dict(
+                conn.execute(
+                    f"SELECT id, access_count FROM memories WHERE +tenant = ? AND +agent_id = ? "
+                    f"AND id IN ({marks})",
+                    (*self._key, *unknown),
+                )
+            )
+        with self._lock:
+            return self._agent.count_access(memory_ids, stored)
 
 
 class MemoryIndex:
@@ -116,21 +121,26 @@ class MemoryIndex:
         clock: Callable[[], int],
         *,
         open_reader: Callable[[], apsw.Connection] | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
         """Loads run on the `readers` pool (a thread each) over connections of their own
-        (`open_reader`, by default `readers.fresh`), closed when the load is done."""
+        (`open_reader`, by default `readers.fresh`), closed when the load is done. With a
+        `cache_dir`, agents are persisted there (`attach` starts the saver)."""
         self._readers = readers
         self._open_reader = open_reader or readers.fresh
         self._clock = clock
         self._max_bytes = max_bytes
         self._agents: OrderedDict[AgentKey, AgentIndex] = OrderedDict()
         self._loading: dict[AgentKey, _Load] = {}
-        # Bumped when another process wrote the file: loads begun before must not be kept.
+        # Bumped when the index cannot follow the change log: loads begun before are not kept.
         self._generation = 0
         # Private: a caller holding it while waiting for a load would deadlock with that load.
         self._lock = threading.RLock()
-        # The writer connection's `data_version` at its last commit (see `after_commit`).
-        self._data_version: int | None = None
+        # The writer connection's position in the change log (see `after_commit`).
+        self._reader: ChangeReader | None = None
+        self._commits = 0
+        self._store = None if cache_dir is None else Store(cache_dir)
+        self._saver = None if self._store is None else Saver(self._store, self._freeze)
         # On the event loop only: loads that recalls of one agent await together.
         self._shared_loads: dict[AgentKey, asyncio.Future[AgentIndex]] = {}
 
@@ -156,15 +166,15 @@ class MemoryIndex:
         """The agent's snapshot, loading it if needed (blocks: call it from a reader thread)."""
         found = self.agent(key)
         with self._lock:
-            return Snapshot(found.columns(), found, self._lock)
+            return Snapshot(found.columns(), found, self._lock, key)
 
     def agent(self, key: AgentKey) -> AgentIndex:
-        """The agent's index, loaded from SQLite if absent or too fragmented; one load per agent
-        at a time, which other callers needing that agent wait for (so call it from a thread
-        that may block)."""
+        """The agent's index, loaded if absent or too fragmented; one load per agent at a time,
+        which other callers needing that agent wait for (so call it from a thread that may
+        block)."""
         with self._lock:
             found = self._agents.get(key)
-            if found is not None and found.dead <= max(1024, len(found.row_of)):
+            if found is not None and found.dead <= max(1024, found.live_count):
                 self._agents.move_to_end(key)
                 return found
             pending = self._loading.get(key)
@@ -175,36 +185,78 @@ class MemoryIndex:
             pending.done.wait()
             if pending.result is not None and pending.generation == self._generation:
                 return pending.result
-            return self.agent(key)  # it failed, or another process wrote meanwhile
+            return self.agent(key)  # it failed, or the index was dropped meanwhile
         try:
-            pending.result = self._load(key, pending)
+            pending.result = self._load(key, pending, fragmented=found is not None)
             return pending.result
         finally:
             with self._lock:
                 del self._loading[key]
             pending.done.set()
 
-    def _load(self, key: AgentKey, pending: _Load) -> AgentIndex:
-        loaded = AgentIndex(anchor_ms=self._clock())
+    def _load(self, key: AgentKey, pending: _Load, *, fragmented: bool) -> AgentIndex:
         conn = self._open_reader()
         try:
-            # One statement, one read snapshot, begun after `pending` was registered.
+            loaded = None if fragmented else self._open_persisted(key, conn)
+            from_disk = loaded is not None
+            if loaded is None:
+                loaded = self._read_rows(key, conn)
+            with self._lock:
+                # Once per memory: the replay reads its row as it is now, whatever the changes.
+                for memory_id, op in collapse(pending.changes).items():
+                    _apply_one(conn, key, loaded, memory_id, op)
+                if self._reader is not None and loaded.complete is not None:
+                    loaded.complete = later(loaded.complete, self._reader.mark)
+                if pending.generation == self._generation:
+                    self._agents[key] = loaded
+                    self._shrink(keep=key)
+                    if self._saver is not None and loaded.complete is not None:
+                        self._saver.loaded(key, from_disk=from_disk)
+            return loaded
+        finally:
+            conn.close()
+
+    def _read_rows(self, key: AgentKey, conn: apsw.Connection) -> AgentIndex:
+        """The agent from SQLite, in one read transaction begun after `pending` was registered,
+        and the change log's position in it."""
+        loaded = AgentIndex(anchor_ms=self._clock())
+        with conn:
+            loaded.complete = last_mark(conn) if self._store is not None else None
             loaded.load(
                 conn.execute(
                     f"{ROW_SQL} WHERE tenant = ? AND agent_id = ?{RECALLABLE} ORDER BY rowid",
                     key,
                 )
             )
-            with self._lock:
-                # Once per memory: the replay reads its row as it is now, whatever the changes.
-                for memory_id, op in dict(pending.changes).items():
+        return loaded
+
+    def _open_persisted(self, key: AgentKey, conn: apsw.Connection) -> AgentIndex | None:
+        """The agent's snapshot caught up with the change log; None (and the snapshot dropped
+        when it is damaged or cannot be caught up) to load from SQLite instead."""
+        if self._store is None:
+            return None
+        try:
+            found = self._store.open(key)
+            if found is None:
+                return None
+            loaded, mark = found
+            with conn:  # one read transaction: the changes and the rows they name
+                changes = changes_since(conn, key, mark)
+                for memory_id, op in collapse(changes).items():
                     _apply_one(conn, key, loaded, memory_id, op)
-                if pending.generation == self._generation:
-                    self._agents[key] = loaded
-                    self._shrink(keep=key)
+                loaded.complete = last_mark(conn)
             return loaded
-        finally:
-            conn.close()
+        except (LogGap, ValueError, OSError, KeyError, TypeError) as error:
+            log.warning("index.snapshot_unusable", error=f"{type(error).__name__}: {error}")
+            self._store.drop(key)
+            return None
+
+    def _freeze(self, key: AgentKey) -> Frozen | None:
+        with self._lock:
+            found = self._agents.get(key)
+            if found is None or found.complete is None:
+                return None
+            return freeze(key, found, found.complete)
 
     def _shrink(self, keep: AgentKey) -> None:
         total = sum(index.nbytes() for index in self._agents.values())
@@ -214,10 +266,15 @@ class MemoryIndex:
                 self._agents.move_to_end(oldest)
                 continue
             total -= self._agents.pop(oldest).nbytes()
+            if self._saver is not None:
+                self._saver.left(oldest)
 
     def forget_all(self) -> None:
         """Drop every agent (they reload on demand), and keep no load begun before."""
         with self._lock:
+            for key in self._agents:
+                if self._saver is not None:
+                    self._saver.left(key)
             self._agents.clear()
             self._generation += 1
 
@@ -229,27 +286,56 @@ class MemoryIndex:
         return sum(1 for loaded, _ in list(self._agents) if loaded == tenant)
 
     def attach(self, conn: apsw.Connection) -> None:
-        """Log the changes of the writer's connection for `after_commit`, and note which
-        version of the file it reads now."""
-        install_change_log(conn)
-        self._data_version = int(conn.pragma("data_version"))
+        """Follow the change log from its end on the writer's connection; start the saver."""
+        self._reader = ChangeReader(conn)
+        if self._store is not None and self._saver is not None:
+            self._saver.start()
+
+    def close(self) -> None:
+        """Write the snapshots worth writing (clean shutdown)."""
+        if self._saver is not None:
+            self._saver.close()
 
     def after_commit(self, conn: apsw.Connection) -> None:
-        """On the writer thread after each commit: apply this worker's changes, and drop the
-        index if another process wrote to the file (its changes are not in our change log)."""
+        """On the writer thread after each commit: apply what the change log gained since the
+        last commit, whoever wrote it (drop the index if the log cannot say)."""
         try:
-            self.apply(conn, take_changes(conn))
-            version = int(conn.pragma("data_version"))
-            if version != self._data_version:
-                self._data_version = version
+            if self._reader is None:
+                self._reader = ChangeReader(conn)
+            try:
+                changes = self._reader.take(conn)
+            except LogGap as gap:
+                log.warning("index.log_gap", error=str(gap))
+                self._reader = ChangeReader(conn)
                 self.forget_all()
+                return
+            self.apply(conn, changes)
+            self._drop_erased(conn, {key for key, _, _ in changes})
+            self._commits += 1
+            if self._store is not None and self._commits % TRIM_EVERY == 0:
+                trim(conn)
         except Exception as error:
             log.error("index.catch_up_failed", error=type(error).__name__)
             self.forget_all()
 
+    def _drop_erased(self, conn: apsw.Connection, keys: set[AgentKey]) -> None:
+        """Delete the snapshots of agents left without a memory (erased): no memory may
+        outlive an erasure on disk, not even as a token or an id in a cache."""
+        if self._saver is None or self._store is None:
+            return
+        for key in keys:
+            if (
+                self._store.maybe_has(key)
+                and not conn.execute(
+                    "SELECT 1 FROM memories WHERE tenant = ? AND agent_id = ? LIMIT 1", key
+                ).fetchall()
+            ):
+                self._saver.drop(key)
+
     def apply(self, conn: apsw.Connection, changes: Iterable[tuple[AgentKey, str, str]]) -> None:
         """Apply ((tenant, agent), memory id, op) changes committed on conn to the loaded agents,
         and keep them for the agents being loaded."""
+        counts: dict[AgentKey, int] = {}
         with self._lock:
             for key, memory_id, op in changes:
                 pending = self._loading.get(key)
@@ -258,6 +344,27 @@ class MemoryIndex:
                 index = self._agents.get(key)
                 if index is not None:
                     _apply_one(conn, key, index, memory_id, op)
+                    counts[key] = counts.get(key, 0) + 1
+            if self._reader is not None:
+                for index in self._agents.values():
+                    if index.complete is not None:
+                        index.complete = later(index.complete, self._reader.mark)
+        if self._saver is not None:
+            for key, count in counts.items():
+                self._saver.changed(key, count)
+
+
+def later(one: Mark, other: Mark) -> Mark:
+    return one if one.seq >= other.seq else other
+
+
+def collapse(changes: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """One op per memory: `readd` if any of its changes was one (its row is read again)."""
+    found: dict[str, str] = {}
+    for memory_id, op in changes:
+        if found.get(memory_id) != "readd":
+            found[memory_id] = op
+    return found
 
 
 def _apply_one(
@@ -265,9 +372,10 @@ def _apply_one(
 ) -> None:
     """Bring one memory of the agent's index to its row as conn now reads it (absent, or no
     longer this tenant's agent's: removed), so that an index never holds another's memory."""
-    if op == "delete":
+    if op in ("delete", "readd"):
         index.remove(memory_id)
-        return
+        if op == "delete":
+            return
     row = conn.execute(
         ROW_SQL + f" WHERE id = ? AND tenant = ? AND agent_id = ?{RECALLABLE}", (memory_id, *key)
     ).fetchone()
@@ -275,15 +383,3 @@ def _apply_one(
         index.remove(memory_id)
     else:
         index.upsert(row)
-
-
-def install_change_log(conn: apsw.Connection) -> None:
-    conn.execute(CHANGE_LOG)
-
-
-def take_changes(conn: apsw.Connection) -> list[tuple[AgentKey, str, str]]:
-    """The changes logged since the last call, in order; clears the log."""
-    changes = [((r[0], r[1]), r[2], r[3]) for r in conn.execute("SELECT * FROM index_changes")]
-    if changes:
-        conn.execute("DELETE FROM index_changes")
-    return changes

@@ -1,63 +1,216 @@
-"""Keyword postings of one agent's index: per token, the rows whose content has it."""
+"""Lists of slots by string key, for one agent's index: keyword postings (token -> rows whose
+content has it), the metadata and tag filters' lookups (-> rows that have it).
+
+Each is a base that does not change (CSR arrays: the keys as `Strings`, where each key's slots
+start, the slots; built by a load from SQLite or opened memory-mapped from a snapshot) and a tail
+of what was added since, grown in RAM. Slots are int32: an agent holds fewer than 2**31 rows.
+"""
 
 from __future__ import annotations
 
-from array import array
+from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 import numpy.typing as npt
 
 from handlers.text import stem
+from worker.recall_index.strings import Strings
 
-# Rows per token gathered by a bulk load before they become numpy arrays.
-PostingLists = dict[str, "array[int]"]
+Slots = npt.NDArray[np.int32]
+EMPTY: Slots = np.zeros(0, dtype=np.int32)
 
 
-class GrowingPostings:
-    """Each token's rows in a numpy array grown by doubling, so that appending is cheap and a
+class GrowingLists:
+    """Each key's slots in a numpy array grown by doubling, so that appending is cheap and a
     reader's view of the first `count` entries stays valid (growth copies, never overwrites)."""
 
     def __init__(self) -> None:
-        self._arrays: dict[str, npt.NDArray[np.int64]] = {}
+        self._arrays: dict[str, Slots] = {}
         self._counts: dict[str, int] = {}
-        self._variants: dict[str, list[str]] = {}
 
-    def add(self, token: str, row: int) -> None:
-        found = self._arrays.get(token)
-        count = self._counts.get(token, 0)
+    def add(self, key: str, slot: int) -> bool:
+        """Append; True when the key is new here."""
+        found = self._arrays.get(key)
+        count = self._counts.get(key, 0)
         if found is None:
-            found = np.empty(4, dtype=np.int64)
-            self._variants.setdefault(stem(token), []).append(token)
+            found = np.empty(4, dtype=np.int32)
         elif count == len(found):
-            grown = np.empty(2 * count, dtype=np.int64)
+            grown = np.empty(2 * count, dtype=np.int32)
             grown[:count] = found
             found = grown
-        found[count] = row
+        found[count] = slot
         # The count before the array: a reader (without the lock) never finds an array whose
         # count is missing, and a count ahead of its array only slices what is there.
-        self._counts[token] = count + 1
-        self._arrays[token] = found
+        self._counts[key] = count + 1
+        self._arrays[key] = found
+        return count == 0
 
-    def extend(self, gathered: PostingLists) -> None:
-        """Append many rows per token at once (rows above every row already added)."""
-        for token, rows in gathered.items():
-            added = np.frombuffer(rows, dtype=np.intc).astype(np.int64)
-            count = self._counts.get(token, 0)
-            if count == 0:
-                self._variants.setdefault(stem(token), []).append(token)
-                joined = added
-            else:
-                joined = np.concatenate([self._arrays[token][:count], added])
-            self._counts[token] = len(joined)
-            self._arrays[token] = joined
+    def get(self, key: str) -> Slots | None:
+        found = self._arrays.get(key)
+        return None if found is None else found[: self._counts[key]]
 
-    def get(self, token: str) -> npt.NDArray[np.int64] | None:
-        found = self._arrays.get(token)
-        return None if found is None else found[: self._counts[token]]
-
-    def variants(self, stemmed: str) -> tuple[str, ...]:
-        """The tokens seen with this stem (for the `stems` keyword mode)."""
-        return tuple(self._variants.get(stemmed, ()))
+    def frozen(self) -> dict[str, Slots]:
+        """A copy of every list (under the index lock: the writer may be appending)."""
+        return {key: found[: self._counts[key]].copy() for key, found in self._arrays.items()}
 
     def nbytes(self) -> int:
         return sum(found.nbytes + 160 for found in self._arrays.values())
+
+
+class Csr:
+    """The base: key i's slots are values[starts[i]:starts[i + 1]]."""
+
+    __slots__ = ("keys", "starts", "values")
+
+    def __init__(self, keys: Strings, starts: npt.NDArray[np.int64], values: Slots) -> None:
+        self.keys, self.starts, self.values = keys, starts, values
+
+    @classmethod
+    def empty(cls) -> Csr:
+        return cls(Strings.empty(), np.zeros(1, np.int64), EMPTY)
+
+    @classmethod
+    def gathered(cls, lists: Mapping[str, Iterable[int]]) -> Csr:
+        """From key -> slots gathered in RAM (a load from SQLite)."""
+        return cls.empty().merged(
+            {key: np.fromiter(slots, np.int32) for key, slots in lists.items()}
+        )
+
+    def at(self, position: int) -> Slots:
+        return self.values[int(self.starts[position]) : int(self.starts[position + 1])]
+
+    def get(self, key: str) -> Slots | None:
+        position = self.keys.find(key)
+        return None if position < 0 else self.at(position)
+
+    def check(self, bound: int) -> None:
+        """Raise ValueError unless the arrays fit together and every slot is below `bound`."""
+        self.keys.check()
+        if len(self.starts) != len(self.keys) + 1 or int(self.starts[-1]) != len(self.values):
+            raise ValueError("lists: starts do not fit the values")
+        if int(self.starts[0]) != 0 or bool(np.any(np.diff(self.starts) < 0)):
+            raise ValueError("lists: starts out of order")
+        if len(self.values) and (int(self.values.min()) < 0 or int(self.values.max()) >= bound):
+            raise ValueError("lists: a slot out of range")
+
+    def merged(self, tail: Mapping[str, Slots]) -> Csr:
+        """These lists with the tail's slots appended to each key (new keys last). Copies the
+        base in a few large pieces: one per key the tail touched."""
+        if not tail:
+            return self
+        count = len(self.keys)
+        known = sorted((p, key) for key in tail if (p := self.keys.find(key)) >= 0)
+        new = [key for key in tail if self.keys.find(key) < 0]
+        sizes = np.zeros(count + len(new), dtype=np.int64)
+        sizes[:count] = np.diff(self.starts)
+        for position, key in known:
+            sizes[position] += len(tail[key])
+        for offset, key in enumerate(new):
+            sizes[count + offset] = len(tail[key])
+        starts = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=starts[1:])
+        values = np.empty(int(starts[-1]), dtype=np.int32)
+        source = done = 0
+        for position, key in known:
+            end = int(self.starts[position + 1])
+            values[done : done + end - source] = self.values[source:end]
+            done += end - source
+            source = end
+            values[done : done + len(tail[key])] = tail[key]
+            done += len(tail[key])
+        values[done : done + len(self.values) - source] = self.values[source:]
+        done += len(self.values) - source
+        for key in new:
+            values[done : done + len(tail[key])] = tail[key]
+            done += len(tail[key])
+        return Csr(self.keys.extended(new), starts, values)
+
+    def arrays(self, name: str) -> dict[str, np.ndarray]:
+        found = {f"{name}.keys.{part}": array for part, array in self.keys.arrays().items()}
+        found[f"{name}.starts"] = self.starts
+        found[f"{name}.values"] = self.values
+        return found
+
+    @classmethod
+    def of(cls, arrays: Mapping[str, np.ndarray], name: str) -> Csr:
+        keys = Strings(
+            *(arrays[f"{name}.keys.{p}"] for p in ("blob", "offsets", "hashes", "order"))
+        )
+        return cls(keys, arrays[f"{name}.starts"], arrays[f"{name}.values"])
+
+    def nbytes(self) -> int:
+        arrays = (*self.keys.arrays().values(), self.starts, self.values)
+        return sum(int(array.nbytes) for array in arrays if not isinstance(array, np.memmap))
+
+
+class SlotLists(Mapping[str, Slots]):
+    """Key -> slots: the base's then the tail's (a key's slots ascend: the tail's are newer)."""
+
+    def __init__(self, base: Csr | None = None) -> None:
+        self.base = base or Csr.empty()
+        self.tail = GrowingLists()
+
+    def add(self, key: str, slot: int) -> bool:
+        return self.tail.add(key, slot)
+
+    def get(self, key: str, default: object = None) -> Slots | None:  # type: ignore[override]
+        old, new = self.base.get(key), self.tail.get(key)
+        if old is None or new is None:
+            found = new if old is None else old
+            return default if found is None else found  # type: ignore[return-value]
+        return np.concatenate([old, new])
+
+    def __getitem__(self, key: str) -> Slots:
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        seen = set(self.base.keys)
+        yield from seen
+        yield from (key for key in self.tail.frozen() if key not in seen)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def merged(self, tail: Mapping[str, Slots]) -> Csr:
+        return self.base.merged(tail)
+
+    def nbytes(self) -> int:
+        return self.base.nbytes() + self.tail.nbytes()
+
+
+class Postings(SlotLists):
+    """Token -> rows, and stem -> the tokens seen with it (the `stems` keyword mode)."""
+
+    def __init__(self, base: Csr | None = None, stems: Csr | None = None) -> None:
+        super().__init__(base)
+        self.stems = stems or Csr.empty()  # stem -> positions of its tokens in base.keys
+        self.new_variants: dict[str, list[str]] = {}  # stem -> tokens new since the base
+
+    @classmethod
+    def gathered(cls, lists: Mapping[str, Iterable[int]]) -> Postings:
+        base = Csr.gathered(lists)
+        variants: dict[str, list[int]] = {}
+        for position, token in enumerate(base.keys):
+            variants.setdefault(stem(token), []).append(position)
+        return cls(base, Csr.gathered(variants))
+
+    def add(self, key: str, slot: int) -> bool:
+        if super().add(key, slot) and self.base.keys.find(key) < 0:
+            self.new_variants.setdefault(stem(key), []).append(key)
+            return True
+        return False
+
+    def variants(self, stemmed: str) -> tuple[str, ...]:
+        found = self.stems.get(stemmed)
+        old = () if found is None else tuple(self.base.keys[int(p)] for p in found)
+        return old + tuple(self.new_variants.get(stemmed, ()))
+
+    def merged_stems(self, new_tokens: list[str], count: int) -> Csr:
+        """The stems' base once `new_tokens` follow the base's `count` tokens."""
+        tail: dict[str, list[int]] = {}
+        for offset, token in enumerate(new_tokens):
+            tail.setdefault(stem(token), []).append(count + offset)
+        return self.stems.merged({key: np.asarray(p, np.int32) for key, p in tail.items()})

@@ -103,7 +103,12 @@ class PartitionNode:
             if last == 0 or first > 1:
                 await self.restore(self.partition, self.path)
         readers = Readers(self.path)
-        index = MemoryIndex(readers, config.index_memory_mb * 1024 * 1024, wall_clock_ms)
+        index = MemoryIndex(
+            readers,
+            config.index_memory_mb * 1024 * 1024,
+            wall_clock_ms,
+            cache_dir=Path(f"{self.path}.index") if config.index_persist else None,
+        )
         # The log is the durable copy: the file need not sync every commit.
         conn = self._conn = open_db(self.path, synchronous="normal")
         migrate(conn)
@@ -250,6 +255,7 @@ class PartitionNode:
         if self.services is not None:
             services, self.services = self.services, None
             await asyncio.to_thread(services.writer.stop)
+            await asyncio.to_thread(services.index.close)
             await asyncio.to_thread(services.readers.close)
         if self._conn is not None:
             conn, self._conn = self._conn, None

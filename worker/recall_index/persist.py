@@ -1,0 +1,266 @@
+"""An agent's index on disk: its arrays as .npy files in a directory beside the database, opened
+memory-mapped, so that the first recall after a restart reads what it touches instead of loading
+every row from SQLite and tokenising it.
+
+A cache, never the source of truth: each directory records the change-log position it is complete
+through (worker/recall_index/changes.py `Mark`); a load replays the agent's changes since, and a
+directory that is missing, unreadable, damaged, of another file or too far behind is ignored (the
+agent loads from SQLite and is written anew). A directory is written under a temporary name,
+synced, then renamed to `<agent>-<seq>`: a crash at any point leaves either the complete new
+directory or none (a leftover temporary one is removed later). Opening checks that every file
+has the size recorded in `meta.json` and that the lookups' offsets and slots are in range; it
+does not checksum the columns (a bit flipped on disk inside a score is not detected).
+
+Columns and vectors open copy-on-write (a rescore writes a private page, never the file) and
+are saved with room for appends (the room is a hole in the file: it costs no disk).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from worker.recall_index.agent_index import COLUMNS, AgentIndex, AgentKey
+from worker.recall_index.changes import Mark
+from worker.recall_index.lookups import Ids, MetadataLookup, SessionCodes
+from worker.recall_index.postings import Csr, Postings, SlotLists, Slots
+from worker.recall_index.strings import Strings
+
+VERSION = 1
+CHUNK = 1 << 24  # bytes written at a time
+STALE_TEMP_S = 3600.0  # a temporary directory this old was left by a crash
+
+
+def room(rows: int) -> int:
+    return rows + max(4096, rows // 8)
+
+
+def agent_name(key: AgentKey) -> str:
+    joined = f"{key[0]}\x00{key[1]}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(joined).hexdigest()[:32]
+
+
+@dataclass
+class Frozen:
+    """What a snapshot writes, taken under the index lock in a few microseconds per tail entry:
+    references to the columns (rows below `rows` may change in place while they are written:
+    each such change is logged after `mark` and replayed when the snapshot is opened), the
+    bases (never changed) and copies of the tails."""
+
+    key: AgentKey
+    mark: Mark
+    rows: int
+    anchor_ms: int
+    columns: dict[str, np.ndarray]
+    vectors: dict[str, tuple[np.ndarray, np.ndarray]]
+    ids: tuple[Strings, list[str]]
+    sessions: tuple[Strings, list[str]]
+    postings: tuple[Csr, Csr, dict[str, Slots]]
+    lists: dict[str, tuple[Csr, dict[str, Slots]]] = field(default_factory=dict)
+
+
+def freeze(key: AgentKey, index: AgentIndex, mark: Mark) -> Frozen:
+    rows = len(index.ids)
+    return Frozen(
+        key=key,
+        mark=mark,
+        rows=rows,
+        anchor_ms=index.anchor_ms,
+        columns={name: index.column(name) for name in COLUMNS},
+        vectors={m: (v, index.has_vector[m]) for m, v in index.vectors.items()},
+        ids=(index.ids.base, list(index.ids.tail)),
+        sessions=(index.session_codes.base, index.session_codes.new_sessions()),
+        postings=(index.postings.base, index.postings.stems, index.postings.tail.frozen()),
+        lists={
+            "tag_slots": (index.tag_slots.base, index.tag_slots.tail.frozen()),
+            "metadata": (index.metadata.base, index.metadata.tail.frozen()),
+        },
+    )
+
+
+def _arrays(frozen: Frozen) -> Iterator[tuple[str, np.ndarray, int | None]]:
+    """(file name, array, capacity to save it with) of everything a snapshot holds."""
+    rows = frozen.rows
+    for name, column in frozen.columns.items():
+        yield name, column[:rows], room(rows)
+    for number, (matrix, flags) in enumerate(frozen.vectors.values()):
+        yield f"vectors.{number}", matrix[:rows], room(rows)
+        yield f"has_vector.{number}", flags[:rows], room(rows)
+    for strings, added, name in ((*frozen.ids, "ids"), (*frozen.sessions, "sessions")):
+        for part, array in strings.extended(added).arrays().items():
+            yield f"{name}.{part}", array, None
+    tokens, stems, tail = frozen.postings
+    postings = tokens.merged(tail)
+    new_tokens = [postings.keys[at] for at in range(len(tokens.keys), len(postings.keys))]
+    merged_stems = Postings(tokens, stems).merged_stems(new_tokens, len(tokens.keys))
+    for name, lists in (("postings", postings), ("stems", merged_stems)):
+        for file, array in lists.arrays(name).items():
+            yield file, array, None
+    for name, (base, slots) in frozen.lists.items():
+        for file, array in base.merged(slots).arrays(name).items():
+            yield file, array, None
+
+
+def _save(path: Path, array: np.ndarray, capacity: int | None) -> int:
+    """Write an .npy file; with a capacity, the array's rows then a hole up to it."""
+    shape = array.shape if capacity is None else (capacity, *array.shape[1:])
+    header = {"descr": np.lib.format.dtype_to_descr(array.dtype), "fortran_order": False}
+    with open(path, "wb") as file:
+        np.lib.format.write_array_header_1_0(file, {**header, "shape": shape})
+        flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        for start in range(0, len(flat), CHUNK):
+            file.write(flat[start : start + CHUNK].tobytes())
+        if capacity is not None:
+            row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
+            file.truncate(file.tell() + (capacity - len(array)) * row_bytes)
+        file.flush()
+        os.fsync(file.fileno())
+        return os.fstat(file.fileno()).st_size
+
+
+class Store:
+    """The snapshot directories of one database file's agents: `<db path>.index/`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        # The agents (`agent_name`) with a directory here, listed once, then kept up to date.
+        self._known: set[str] | None = None
+
+    def name(self, key: AgentKey) -> str:
+        return agent_name(key)
+
+    def maybe_has(self, key: AgentKey) -> bool:
+        if self._known is None:
+            found = self.root.glob("*-*") if self.root.is_dir() else ()
+            self._known = {p.name.rsplit("-", 1)[0] for p in found if p.name[0] != "."}
+        return agent_name(key) in self._known
+
+    def _versions(self, key: AgentKey) -> list[Path]:
+        """The agent's directories, newest first."""
+        if not self.root.is_dir():
+            return []
+        return sorted(self.root.glob(f"{agent_name(key)}-*"), reverse=True)
+
+    def write(self, frozen: Frozen) -> Path | None:
+        """Write the snapshot; its directory, or None when an equal one exists already."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        temp = self.root / f".tmp-{agent_name(frozen.key)}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        temp.mkdir()
+        try:
+            sizes = {f"{name}.npy": _save(temp / f"{name}.npy", array, capacity)
+                     for name, array, capacity in _arrays(frozen)}  # fmt: skip
+            meta = {
+                "version": VERSION, "tenant": frozen.key[0], "agent": frozen.key[1],
+                "rows": frozen.rows, "anchor_ms": frozen.anchor_ms, "seq": frozen.mark.seq,
+                "mark_id": frozen.mark.memory_id, "models": list(frozen.vectors), "files": sizes,
+            }  # fmt: skip
+            with open(temp / "meta.json", "w", encoding="utf-8") as file:
+                json.dump(meta, file)
+                file.flush()
+                os.fsync(file.fileno())
+            _sync_dir(temp)
+            final = self.root / f"{agent_name(frozen.key)}-{frozen.mark.seq:020d}"
+            try:
+                temp.rename(final)
+            except OSError:  # another worker on the file wrote this very snapshot
+                shutil.rmtree(temp, ignore_errors=True)
+                return None
+            _sync_dir(self.root)
+            if self._known is not None:
+                self._known.add(agent_name(frozen.key))
+        except BaseException:
+            shutil.rmtree(temp, ignore_errors=True)
+            raise
+        for older in self._versions(frozen.key):
+            if older != final:
+                shutil.rmtree(older, ignore_errors=True)
+        return final
+
+    def open(self, key: AgentKey) -> tuple[AgentIndex, Mark] | None:
+        """The newest snapshot's index (not caught up yet) and its mark; None if there is none.
+        Raises (ValueError, OSError, KeyError...) when it is damaged: the caller drops it."""
+        versions = self._versions(key)
+        if not versions:
+            return None
+        path = versions[0]
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        if meta["version"] != VERSION or (meta["tenant"], meta["agent"]) != key:
+            raise ValueError("a snapshot of another version or agent")
+        for name, size in meta["files"].items():
+            if (path / name).stat().st_size != size:
+                raise ValueError(f"{name} is not the size it was written with")
+        arrays = {
+            name[: -len(".npy")]: np.load(path / name, mmap_mode="c", allow_pickle=False)
+            for name in meta["files"]
+        }
+        return _index(meta, arrays), Mark(int(meta["seq"]), str(meta["mark_id"]))
+
+    def drop(self, key: AgentKey) -> None:
+        for path in self._versions(key):
+            shutil.rmtree(path, ignore_errors=True)
+        if self._known is not None:
+            self._known.discard(agent_name(key))
+
+    def clean(self) -> None:
+        """Remove temporary directories a crash left behind (not one being written now)."""
+        if not self.root.is_dir():
+            return
+        for temp in self.root.glob(".tmp-*"):
+            if time.time() - temp.stat().st_mtime > STALE_TEMP_S:
+                shutil.rmtree(temp, ignore_errors=True)
+
+
+def _index(meta: dict[str, object], arrays: dict[str, np.ndarray]) -> AgentIndex:
+    rows = int(meta["rows"])  # type: ignore[call-overload]
+    index = AgentIndex(anchor_ms=int(meta["anchor_ms"]), capacity=0)  # type: ignore[call-overload]
+    capacity = len(arrays["live"])
+    for name, dtype in COLUMNS.items():
+        column = arrays[name]
+        if column.dtype != dtype or column.shape != (capacity,):
+            raise ValueError(f"column {name} has the wrong type or length")
+        setattr(index, name, column)
+    if capacity < rows:
+        raise ValueError("columns shorter than the rows")
+    parts = ("blob", "offsets", "hashes", "order")
+    index.ids = Ids(Strings(*(arrays[f"ids.{p}"] for p in parts)))
+    index.session_codes = SessionCodes(Strings(*(arrays[f"sessions.{p}"] for p in parts)))
+    index.postings = Postings(Csr.of(arrays, "postings"), Csr.of(arrays, "stems"))
+    index.tag_slots = SlotLists(Csr.of(arrays, "tag_slots"))
+    index.metadata = SlotLists(Csr.of(arrays, "metadata"))
+    index.tags = MetadataLookup(index.metadata)
+    models: list[str] = meta["models"]  # type: ignore[assignment]
+    for number, model in enumerate(models):
+        matrix, flags = arrays[f"vectors.{number}"], arrays[f"has_vector.{number}"]
+        if matrix.ndim != 2 or len(matrix) != capacity or flags.shape != (capacity,):
+            raise ValueError("vectors of the wrong shape")
+        index.vectors[str(model)], index.has_vector[str(model)] = matrix, flags
+    index.ids.base.check()
+    index.session_codes.base.check()
+    if len(index.ids) != rows:
+        raise ValueError("ids do not match the rows")
+    sessions = index.column("session")[:rows]
+    if rows and int(sessions.max()) >= len(index.session_codes):
+        raise ValueError("a session code out of range")
+    for lists in (index.postings.base, index.tag_slots.base, index.metadata.base):
+        lists.check(rows)
+    index.postings.stems.check(len(index.postings.base.keys))
+    index.live_count = int(np.count_nonzero(index.column("live")[:rows]))
+    index.dead = rows - index.live_count
+    return index
+
+
+def _sync_dir(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
