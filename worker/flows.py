@@ -17,6 +17,7 @@ import msgspec
 from msgspec import UNSET
 
 from handlers import context as context_handler
+from handlers import expand
 from handlers import recall as recall_handler
 from handlers.audit import Change
 from handlers.session_repair import repair
@@ -70,7 +71,9 @@ def _recall(
     pinned = None
     if req.with_pinned:
         pinned = recall_handler.pinned_memories(conn, tenant, req.agent_id, req)
-    ranked = recall_handler.rank(
+    # `expanded` (MEMORY_WORKER_RECALL) reorders the formula's exact ranking; `formula` is it.
+    ranking = expand.expanded_rank if s.config.recall == "expanded" else recall_handler.rank
+    ranked = ranking(
         found.columns,
         req,
         now=now,
