@@ -12,6 +12,7 @@ clock or bus: a pure function of the columns and the formula.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -19,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 from msgspec import UNSET
 
-from handlers.recall import Columns, KeywordMode, rank, scores
+from handlers.recall import Columns, KeywordMode, rank
 from schema.memory import RecallRequest
 
 # Two memories without a session are neighbours only if stored this close in time: a chat's turns
@@ -47,11 +48,14 @@ def expanded_rank(
     query_vector: tuple[str, npt.NDArray[np.float32]] | None,
     keyword_mode: KeywordMode = "share",
     excluded: set[str] | frozenset[str] = frozenset(),
+    slot_of: Callable[[str], int | None],
     expansion: Expansion = Expansion(),
 ) -> list[tuple[str, float]]:
-    """The top `limit` as (id, expanded score), the score then newer timestamp then id; the
-    formula's filters hold (only memories that pass them take part) and `minScore` applies to
-    the expanded score."""
+    """The top `limit` as (id, expanded score), the score then newer timestamp (ties keep the
+    formula's order); the formula's filters hold (only memories that pass them take part) and
+    `minScore` applies to the expanded score. `slot_of` gives a memory's slot in the columns
+    (None: deleted since), as the index keeps it: a scan of the ids would cost a recall more
+    than its ranking."""
     wide = msgspec.structs.replace(req, limit=max(req.limit, expansion.pool), min_score=UNSET)
     pool = rank(
         columns,
@@ -61,38 +65,22 @@ def expanded_rank(
         keyword_mode=keyword_mode,
         excluded=excluded,
     )
-    if not pool:
+    found = [
+        (slot, memory_id, value)
+        for memory_id, value in pool
+        if (slot := slot_of(memory_id)) is not None
+    ]
+    if not found:
         return []
-    formula = scores(
-        columns, req.query, now=now, query_vector=query_vector, keyword_mode=keyword_mode
-    )
-    slots = pool_slots(columns, pool, formula)
-    score = np.array([value for _, value in pool], dtype=np.float64)
+    slots = np.array([slot for slot, _, _ in found], dtype=np.int64)
+    score = np.array([value for _, _, value in found], dtype=np.float64)
+    pool = [(memory_id, value) for _, memory_id, value in found]
     lifted = neighbour_scores(columns, slots, score, expansion)
     timestamp = columns.timestamp[slots]
     # Pool order breaks ties on id (rank's order), so a stable sort on score, then newer, keeps it.
     order = np.lexsort((-timestamp, -lifted))[: req.limit]
     floor = -1.0 if req.min_score is UNSET else req.min_score
     return [(pool[at][0], float(lifted[at])) for at in order.tolist() if lifted[at] >= floor]
-
-
-def pool_slots(
-    columns: Columns, pool: list[tuple[str, float]], formula: npt.NDArray[np.float64]
-) -> npt.NDArray[np.int64]:
-    """Each pooled memory's slot in the columns, found among the rows scoring at least the
-    pool's lowest score (the same computation gives the same values), without a scan of ids."""
-    floor = min(value for _, value in pool)
-    wanted = {memory_id: at for at, (memory_id, _) in enumerate(pool)}
-    slots = np.full(len(pool), -1, dtype=np.int64)
-    for row in np.flatnonzero(formula >= floor).tolist():
-        at = wanted.get(columns.ids[row])
-        if at is not None:
-            slots[at] = row
-    if (slots < 0).any():  # a score that was not reproduced: look those ids up one by one
-        ids = list(columns.ids[: columns.rows])
-        for at in np.flatnonzero(slots < 0).tolist():
-            slots[at] = ids.index(pool[at][0])
-    return slots
 
 
 def neighbour_scores(

@@ -3,11 +3,14 @@ memory next to a strong hit in its conversation is lifted above one that is not.
 
 from __future__ import annotations
 
+from typing import Any
+
 import apsw
 import pytest
 
-from handlers.expand import Expansion, expanded_rank
-from handlers.recall import rank
+from handlers.expand import Expansion
+from handlers.expand import expanded_rank as expanded_rank_of
+from handlers.recall import Columns, rank
 from schema.memory import RecallRequest
 from tests.handlers.support import NOW, store
 from tests.handlers.test_stats_recall import columns
@@ -15,6 +18,14 @@ from worker.config import ConfigError, load_config
 
 SECOND = 1000
 HOUR = 3_600_000
+
+
+def expanded_rank(
+    columns: Columns, req: RecallRequest, **options: object
+) -> list[tuple[str, float]]:
+    """The expanded ranking with the slots looked up as the index does (worker Snapshot)."""
+    slots = {columns.ids[row]: row for row in range(columns.rows)}
+    return expanded_rank_of(columns, req, slot_of=slots.get, **options)  # type: ignore[arg-type]
 
 
 def both(conn: apsw.Connection, query: str, **fields: object) -> tuple[list[str], list[str]]:
@@ -32,7 +43,7 @@ def both(conn: apsw.Connection, query: str, **fields: object) -> tuple[list[str]
 
 
 def turn(conn: apsw.Connection, content: str, at: int, session: str | None = None) -> str:
-    fields = {} if session is None else {"session_id": session}
+    fields: dict[str, Any] = {} if session is None else {"session_id": session}
     return store(conn, "a", content, timestamp=NOW - HOUR * 24 + at, **fields).id
 
 
