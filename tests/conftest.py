@@ -80,6 +80,7 @@ def worker_config(nats_url: str, db_path: Path, **overrides: Any) -> Any:
         "db_path": str(db_path),
         "embedder": "none",
         "keyword": "share",  # the contract's formula, which the tests check to the digit
+        "recall": "formula",  # its exact top-k (the expanded mode has tests of its own)
         "consolidate_cron": "",
         "evict_cron": "",
         "log_level": "warning",

@@ -37,6 +37,7 @@ def shard_env(cluster: Cluster, shard: Shard, ttl: float) -> dict[str, str]:
         "MEMORY_WORKER_LEASE_TTL": str(ttl),
         "MEMORY_WORKER_EMBEDDER": "none",
         "MEMORY_WORKER_KEYWORD": "share",
+        "MEMORY_WORKER_RECALL": "formula",
         "MEMORY_WORKER_LOG_FORMAT": "json",
         "MEMORY_WORKER_LOG_LEVEL": "info",
     }

@@ -36,6 +36,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     synchronous: Literal["full", "normal"] = "full"
     ingest: bool = True
     keyword: Literal["share", "idf", "stems"] = "stems"
+    # `formula`: recall is the exact top-k of the score; `expanded`: that ranking, with a memory
+    # lifted by its stronger neighbours in the conversation (handlers/expand.py).
+    recall: Literal["formula", "expanded"] = "expanded"
     metrics_port: Port = 0
     metrics_host: str = "0.0.0.0"
     index_memory_mb: Annotated[int, msgspec.Meta(ge=16)] = 1024

@@ -17,6 +17,7 @@ import msgspec
 from msgspec import UNSET
 
 from handlers import context as context_handler
+from handlers import expand
 from handlers import recall as recall_handler
 from handlers.audit import Change
 from handlers.session_repair import repair
@@ -70,14 +71,26 @@ def _recall(
     pinned = None
     if req.with_pinned:
         pinned = recall_handler.pinned_memories(conn, tenant, req.agent_id, req)
-    ranked = recall_handler.rank(
-        found.columns,
-        req,
-        now=now,
-        query_vector=query_vector,
-        keyword_mode=s.keyword_mode,
-        excluded=frozenset(memory.id for memory in pinned or ()),
-    )
+    excluded = frozenset(memory.id for memory in pinned or ())
+    if s.config.recall == "expanded":  # the formula's exact ranking, reordered (handlers/expand)
+        ranked = expand.expanded_rank(
+            found.columns,
+            req,
+            now=now,
+            query_vector=query_vector,
+            keyword_mode=s.keyword_mode,
+            excluded=excluded,
+            slot_of=found.slot_of,
+        )
+    else:
+        ranked = recall_handler.rank(
+            found.columns,
+            req,
+            now=now,
+            query_vector=query_vector,
+            keyword_mode=s.keyword_mode,
+            excluded=excluded,
+        )
     if not ranked:
         return RecallReply(memories=[], pinned=pinned), now
     counts = found.count_access(conn, [memory_id for memory_id, _ in ranked])

@@ -30,6 +30,7 @@ from worker.bench.locomo import measure_locomo
 from worker.bench.mcp_trip import mcp_rows, measure_mcp_round_trip
 from worker.bench.merge import run_merge
 from worker.bench.overhead import client_rows, measure_client_overhead
+from worker.bench.quality import locomo_rows
 from worker.bench.sanitize import run_sanitize
 from worker.bench.scale import measure_scale, scale_rows
 from worker.bench.sharded import measure_sharded, sharded_rows
@@ -245,6 +246,8 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         env["MEMORY_WORKER_TENANCY"] = args.tenancy
         if args.keyword:
             env["MEMORY_WORKER_KEYWORD"] = args.keyword
+        if args.recall:
+            env["MEMORY_WORKER_RECALL"] = args.recall
         echo = _spawn([sys.executable, "-m", "worker.bench.echo", url], env)
         worker = None if args.nats_url else _spawn([sys.executable, "-m", "worker", "run"], env)
         args.db_path = env["MEMORY_WORKER_DB_PATH"]
@@ -340,17 +343,7 @@ def table(results: dict[str, Any]) -> str:
         *mcp_rows(results),
     ]
     if "locomo" in results:
-        quality = results["locomo"]
-        label = "LoCoMo stores per second" + (
-            ", vectors included" if results["embedder"] != "none" else ""
-        )
-        rows.append((label, quality["stores_per_second"]))
-        rows.append(("LoCoMo questions (categories 1-4)", quality["questions"]))
-        for k in (5, 10):
-            by_category = ", ".join(
-                f"c{c} {v:.3f}" for c, v in quality[f"recall@{k}_by_category"].items()
-            )
-            rows.append((f"LoCoMo recall@{k}", f"{quality[f'recall@{k}']:.3f} ({by_category})"))
+        rows.extend(locomo_rows(results["locomo"], results["embedder"]))
     return _rows(rows)
 
 
@@ -366,6 +359,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--echo", type=int, default=1000, help="echo round trips timed")
     parser.add_argument("--embedder", choices=["builtin", "bus", "none"])
     parser.add_argument("--keyword", choices=["share", "idf", "stems"])
+    parser.add_argument("--recall", choices=["formula", "expanded"])
     parser.add_argument(
         "--tenancy",
         choices=["none", "account"],

@@ -1,7 +1,8 @@
 """Retrieval quality on a LoCoMo-format file: one agent per conversation, one memory per turn.
 
 The metric is the one ../shared/bench/README.md describes: for each question of categories
-1-4, the share of its evidence turns among the k memories memory::recall returns.
+1-4, the share of its evidence turns among the k memories memory::recall returns. The figures
+(overall, per category, per conversation and per half) are worker/bench/quality.py's.
 """
 
 from __future__ import annotations
@@ -9,12 +10,12 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from worker.bench.client import BenchClient
+from worker.bench.quality import Answer, summary
 
 CATEGORIES = (1, 2, 3, 4)
 DATE_FORMAT = "%I:%M %p on %d %B, %Y"
@@ -60,10 +61,11 @@ async def measure_locomo(
     """With `embedded`, questions wait until every turn has its vector, so that the figures are
     the model's and not the backfill's progress."""
     samples = json.loads(path.read_text(encoding="utf-8"))
-    hits: dict[int, dict[int, list[float]]] = {5: defaultdict(list), 10: defaultdict(list)}
+    answers: list[Answer] = []
     stored_count, store_seconds = 0, 0.0
     for number, sample in enumerate(samples):
-        agent = f"locomo-{sample.get('sample_id', number)}"
+        conversation = str(sample.get("sample_id", number))
+        agent = f"locomo-{conversation}"
         started = time.perf_counter()
         stored, _, seconds = await client.many(
             "memory.store",
@@ -87,19 +89,11 @@ async def measure_locomo(
             if not wanted:
                 continue
             returned = [m["id"] for m in reply["memories"]]
-            for k in (5, 10):
-                share = len(wanted & set(returned[:k])) / len(wanted)
-                hits[k][question["category"]].append(share)
-    result: dict[str, Any] = {
-        "questions": sum(len(v) for v in hits[10].values()),
+            shares = [len(wanted & set(returned[:k])) / len(wanted) for k in (5, 10)]
+            answers.append(Answer(conversation, question["category"], *shares))
+    return {
         # Real conversation turns are shorter than the synthetic memories: a learned model's
         # store rate on them (vectors included) is the one users with chat-sized memories see.
         "stores_per_second": round(stored_count / max(store_seconds, 1e-9)),
+        **summary(answers, CATEGORIES),
     }
-    for k in (5, 10):
-        everything = [s for shares in hits[k].values() for s in shares]
-        result[f"recall@{k}"] = sum(everything) / max(1, len(everything))
-        result[f"recall@{k}_by_category"] = {
-            str(c): sum(hits[k][c]) / max(1, len(hits[k][c])) for c in CATEGORIES if hits[k][c]
-        }
-    return result

@@ -112,6 +112,11 @@ class Snapshot:
         with self._lock:
             return self._agent.count_access(memory_ids, stored)
 
+    def slot_of(self, memory_id: str) -> int | None:
+        """The memory's slot in `columns` (None: not in the index), for recall's expanded mode:
+        slots never move, and a dict read needs no lock."""
+        return self._agent.row_of.get(memory_id)
+
 
 class MemoryIndex:
     def __init__(
