@@ -114,8 +114,9 @@ class Snapshot:
 
     def slot_of(self, memory_id: str) -> int | None:
         """The memory's slot in `columns` (None: not in the index), for recall's expanded mode:
-        slots never move, and a dict read needs no lock."""
-        return self._agent.row_of.get(memory_id)
+        slots never move; the lookup's tail grows under the lock."""
+        with self._lock:
+            return self._agent.slot_of(memory_id)
 
 
 class MemoryIndex:
