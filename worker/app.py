@@ -136,7 +136,10 @@ class App:
             await embedded.start()
         self._readers = readers = Readers(db_path)
         self._on_stop("database", self._close_database)
-        index = MemoryIndex(readers, config.index_memory_mb * 1024 * 1024, wall_clock_ms)
+        index = MemoryIndex(
+            readers, config.index_memory_mb * 1024 * 1024, wall_clock_ms,
+            codes=config.vector_index != "exact",
+        )  # fmt: skip
         try:
             self._conn = conn = open_db(db_path, synchronous=config.synchronous)
             await _quick_check(conn, db_path)

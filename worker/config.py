@@ -39,6 +39,11 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     metrics_port: Port = 0
     metrics_host: str = "0.0.0.0"
     index_memory_mb: Annotated[int, msgspec.Meta(ge=16)] = 1024
+    # Recall with a query vector: `exact` reads every vector; `codes` ranks a shortlist picked
+    # with 1-bit sign codes (approximate, handlers/vector_index.py); `auto` is `exact` below
+    # 50 000 vectors in the agent and `codes` from there.
+    vector_index: Literal["auto", "exact", "codes"] = "auto"
+    vector_candidates: Annotated[int, msgspec.Meta(ge=10, le=100_000)] = 1000
     consolidate_cron: str = "0 */6 * * *"
     evict_cron: str = "0 3 * * *"
     cron_tz: str = "UTC"

@@ -23,6 +23,7 @@ from handlers.session_repair import repair
 from handlers.state import STATE_COUNTED, state_counts
 from handlers.stats import COUNTED, database_counts
 from handlers.switch import switched_off
+from handlers.vector_index import VectorIndex
 from schema.base import agent_of, tenant_of
 from schema.context import ContextReply, ContextRequest
 from schema.memory import (
@@ -77,6 +78,7 @@ def _recall(
         query_vector=query_vector,
         keyword_mode=s.keyword_mode,
         excluded=frozenset(memory.id for memory in pinned or ()),
+        vector_index=VectorIndex(s.config.vector_index, s.config.vector_candidates),
     )
     if not ranked:
         return RecallReply(memories=[], pinned=pinned), now

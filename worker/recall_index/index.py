@@ -116,9 +116,12 @@ class MemoryIndex:
         clock: Callable[[], int],
         *,
         open_reader: Callable[[], apsw.Connection] | None = None,
+        codes: bool = False,
     ) -> None:
         """Loads run on the `readers` pool (a thread each) over connections of their own
-        (`open_reader`, by default `readers.fresh`), closed when the load is done."""
+        (`open_reader`, by default `readers.fresh`), closed when the load is done. With `codes`
+        each agent keeps its vectors' sign codes too (handlers/vector_index.py)."""
+        self._codes = codes
         self._readers = readers
         self._open_reader = open_reader or readers.fresh
         self._clock = clock
@@ -185,7 +188,7 @@ class MemoryIndex:
             pending.done.set()
 
     def _load(self, key: AgentKey, pending: _Load) -> AgentIndex:
-        loaded = AgentIndex(anchor_ms=self._clock())
+        loaded = AgentIndex(anchor_ms=self._clock(), codes=self._codes)
         conn = self._open_reader()
         try:
             # One statement, one read snapshot, begun after `pending` was registered.

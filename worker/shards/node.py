@@ -103,7 +103,10 @@ class PartitionNode:
             if last == 0 or first > 1:
                 await self.restore(self.partition, self.path)
         readers = Readers(self.path)
-        index = MemoryIndex(readers, config.index_memory_mb * 1024 * 1024, wall_clock_ms)
+        index = MemoryIndex(
+            readers, config.index_memory_mb * 1024 * 1024, wall_clock_ms,
+            codes=config.vector_index != "exact",
+        )  # fmt: skip
         # The log is the durable copy: the file need not sync every commit.
         conn = self._conn = open_db(self.path, synchronous="normal")
         migrate(conn)
