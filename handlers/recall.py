@@ -289,7 +289,9 @@ def shortlist_scores(
     base = scores(columns, query, now=now, query_vector=None, keyword_mode=keyword_mode)
     has_vector = columns.has_vector[model]
     rows = shortlist(base, eligible, columns.codes[model], has_vector, vector, candidates)
-    cosine = (columns.vectors[model][rows] @ vector).astype(np.float64)
+    # Not `@`: BLAS hands a thousand rows to its threads, whose wake-up cost 5-12 ms on a busy
+    # machine against 0.1 ms for this single-threaded loop.
+    cosine = np.einsum("ij,j->i", columns.vectors[model][rows], vector).astype(np.float64)
     cosine[~has_vector[rows]] = 0.0
     return rows, base[rows] + 0.50 * cosine
 

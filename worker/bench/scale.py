@@ -3,8 +3,12 @@
 For each N the agent is written straight into a fresh file (worker/bench/synthetic.py), then a
 worker is started on it three times: keywords only (`--embedder none`) twice, the second start
 being the restart whose first recall is reported, and once with vectors (the stub embedder on
-the bus, 384-d). Each start reports its first recall, recall p50/p99 over sequential recalls,
-recalls per second with 16 in flight, and the worker's RSS.
+the bus, 384-d) twice more: with the vector index forced on (MEMORY_WORKER_VECTOR_INDEX=codes)
+and forced off (`exact`). Each start reports its first recall, recall p50/p99 over sequential
+recalls, recalls per second with 16 in flight, and the worker's RSS; the two runs with vectors
+also give the index's recall@10 against exact: the share of the exact top 10 that the index
+returned, per query, averaged over the sequential recalls (the two runs are minutes apart, so
+recency moves a little between them: a near tie may flip and count as a miss).
 """
 
 from __future__ import annotations
@@ -57,13 +61,14 @@ async def measure_start(
         client = BenchClient(nc, timeout=300.0)
         payloads = [{"agentId": AGENT, "query": q} for q in queries]
         first_ms, _ = await client.timed("memory.recall", payloads[0])
-        sequential = [(await client.timed("memory.recall", p))[0] for p in payloads[:recalls]]
+        sequential = [await client.timed("memory.recall", p) for p in payloads[:recalls]]
         _, _, seconds = await client.many("memory.recall", payloads, concurrency=16)
         return {
             "first_recall_ms": round(first_ms, 1),
-            **percentiles(sequential),
+            **percentiles([ms for ms, _ in sequential]),
             "per_second_16_in_flight": round(len(payloads) / seconds),
             "rss_mb": _rss_mb(worker.pid),
+            "top10": [[m["id"] for m in reply["memories"]] for _, reply in sequential],
         }
     finally:
         await nc.close()
@@ -88,13 +93,31 @@ async def measure_scale(
             stub = subprocess.Popen([sys.executable, "-m", "worker.bench.synthetic", url], env=env)
             try:
                 env["MEMORY_WORKER_EMBEDDER"] = "bus"
-                row["vectors"] = await measure_start(url, env, queries, recalls=recalls)
+                for mode in ("codes", "exact"):
+                    env["MEMORY_WORKER_VECTOR_INDEX"] = mode
+                    found = await measure_start(url, env, queries, recalls=recalls)
+                    row["vectors" if mode == "codes" else "vectors_exact"] = found
+                row["index_recall@10"] = top10_recall(
+                    row["vectors"].pop("top10"), row["vectors_exact"].pop("top10")
+                )
             finally:
                 stub.send_signal(signal.SIGTERM)
                 stub.wait(timeout=20)
+            for name in ("keywords_first_start", "keywords"):
+                del row[name]["top10"]
             row["db_mb"] = round(os.path.getsize(path) / 2**20)
             results.append(row)
     return results
+
+
+def top10_recall(found: list[list[str]], exact: list[list[str]]) -> float:
+    """The mean share of each exact top 10 that the other ranking returned too."""
+    shares = [
+        len(set(ours) & set(wanted)) / len(wanted)
+        for ours, wanted in zip(found, exact, strict=True)
+        if wanted
+    ]
+    return round(sum(shares) / max(1, len(shares)), 4)
 
 
 def scale_rows(results: list[dict[str, Any]]) -> list[tuple[str, Any]]:
@@ -105,7 +128,8 @@ def scale_rows(results: list[dict[str, Any]]) -> list[tuple[str, Any]]:
         for name, label in (
             ("keywords_first_start", "keywords, first start"),
             ("keywords", "keywords, restarted"),
-            ("vectors", "with vectors"),
+            ("vectors", "with vectors, index (codes)"),
+            ("vectors_exact", "with vectors, exact"),
         ):
             part = found[name]
             rows.append(
@@ -115,4 +139,5 @@ def scale_rows(results: list[dict[str, Any]]) -> list[tuple[str, Any]]:
                     f"{part['per_second_16_in_flight']} / {part['rss_mb']}",
                 )
             )
+        rows.append((f"{size}: vector index recall@10 against exact", found["index_recall@10"]))
     return rows
