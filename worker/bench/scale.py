@@ -38,7 +38,7 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def _wait_for_service(nc: Any, timeout: float = 60.0) -> None:
+async def wait_for_service(nc: Any, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -57,7 +57,7 @@ async def measure_start(
     worker = subprocess.Popen([sys.executable, "-m", "worker", "run"], env=env)
     nc = await nats.connect(url)
     try:
-        await _wait_for_service(nc)
+        await wait_for_service(nc)
         client = BenchClient(nc, timeout=300.0)
         payloads = [{"agentId": AGENT, "query": q} for q in queries]
         first_ms, _ = await client.timed("memory.recall", payloads[0])
