@@ -8,11 +8,10 @@ every eligible memory with the contract's formula, the cosine term replaced by t
 keeps the best `candidates` of those estimates, and ranks them by the exact formula over their
 float32 rows. Only the shortlist's rows are read, so the float32 vectors need not be resident.
 
-It is approximate: a memory whose estimated cosine falls so far below its true one that it ends
-outside the shortlist, while its exact score would have placed it in the top `limit`, is missed
-(and the memory after it takes its place). Memories without a vector of the query's model have
-their exact score in the estimate, so only memories with one can be missed. Everything ranked is
-ranked by its exact score, with the contract's tie-breaks.
+It is approximate: a memory that ends outside the shortlist, because its cosine was
+underestimated or `candidates` others' were overestimated, while its exact score would have
+placed it in the top `limit`, is missed (and the memory after it takes its place). Everything
+ranked is ranked by its exact score, with the contract's tie-breaks.
 
 Codes are laid out one 64-bit word per row and block of 64 dimensions, shape (words, rows): a
 word's popcount over all rows is one numpy pass over contiguous memory, where counting along
