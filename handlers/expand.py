@@ -21,6 +21,7 @@ import numpy.typing as npt
 from msgspec import UNSET
 
 from handlers.recall import Columns, KeywordMode, rank
+from handlers.vector_index import EXACT, VectorIndex
 from schema.memory import RecallRequest
 
 # Two memories without a session are neighbours only if stored this close in time: a chat's turns
@@ -50,6 +51,7 @@ def expanded_rank(
     excluded: set[str] | frozenset[str] = frozenset(),
     slot_of: Callable[[str], int | None],
     expansion: Expansion = Expansion(),
+    vector_index: VectorIndex = EXACT,
 ) -> list[tuple[str, float]]:
     """The top `limit` as (id, expanded score), the score then newer timestamp (ties keep the
     formula's order); the formula's filters hold (only memories that pass them take part) and
@@ -64,6 +66,7 @@ def expanded_rank(
         query_vector=query_vector,
         keyword_mode=keyword_mode,
         excluded=excluded,
+        vector_index=vector_index,
     )
     found = [
         (slot, memory_id, value)

@@ -147,6 +147,7 @@ class App:
             config.index_memory_mb * 1024 * 1024,
             wall_clock_ms,
             cache_dir=index_dir(db_path, config),
+            codes=config.vector_index != "exact",
         )
         try:
             self._conn = conn = open_db(db_path, synchronous=config.synchronous)

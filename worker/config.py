@@ -45,6 +45,11 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     # The recall index keeps each agent's columns beside the database (`<file>.index/`), a
     # cache that opens memory-mapped at the next start (worker/recall_index/persist.py).
     index_persist: bool = True
+    # Recall with a query vector: `exact` reads every vector; `codes` ranks a shortlist picked
+    # with 1-bit sign codes (approximate, handlers/vector_index.py); `auto` is `exact` below
+    # 50 000 vectors in the agent and `codes` from there.
+    vector_index: Literal["auto", "exact", "codes"] = "auto"
+    vector_candidates: Annotated[int, msgspec.Meta(ge=10, le=100_000)] = 1000
     consolidate_cron: str = "0 */6 * * *"
     evict_cron: str = "0 3 * * *"
     # Scheduled consolidations merge near-duplicates at this cosine (memory::consolidate's

@@ -24,6 +24,7 @@ from handlers.session_repair import repair
 from handlers.state import STATE_COUNTED, state_counts
 from handlers.stats import COUNTED, database_counts
 from handlers.switch import switched_off
+from handlers.vector_index import VectorIndex
 from schema.base import agent_of, tenant_of
 from schema.context import ContextReply, ContextRequest
 from schema.memory import (
@@ -72,7 +73,8 @@ def _recall(
     if req.with_pinned:
         pinned = recall_handler.pinned_memories(conn, tenant, req.agent_id, req)
     excluded = frozenset(memory.id for memory in pinned or ())
-    if s.config.recall == "expanded":  # the formula's exact ranking, reordered (handlers/expand)
+    vector_index = VectorIndex(s.config.vector_index, s.config.vector_candidates)
+    if s.config.recall == "expanded":  # the formula's ranking, reordered (handlers/expand)
         ranked = expand.expanded_rank(
             found.columns,
             req,
@@ -81,6 +83,7 @@ def _recall(
             keyword_mode=s.keyword_mode,
             excluded=excluded,
             slot_of=found.slot_of,
+            vector_index=vector_index,
         )
     else:
         ranked = recall_handler.rank(
@@ -90,6 +93,7 @@ def _recall(
             query_vector=query_vector,
             keyword_mode=s.keyword_mode,
             excluded=excluded,
+            vector_index=vector_index,
         )
     if not ranked:
         return RecallReply(memories=[], pinned=pinned), now

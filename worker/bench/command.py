@@ -31,10 +31,11 @@ from worker.bench.mcp_trip import mcp_rows, measure_mcp_round_trip
 from worker.bench.merge import run_merge
 from worker.bench.overhead import client_rows, measure_client_overhead
 from worker.bench.quality import locomo_rows
-from worker.bench.sanitize import run_sanitize
+from worker.bench.sanitize import find_locomo, run_sanitize
 from worker.bench.scale import measure_scale, scale_rows
 from worker.bench.sharded import measure_sharded, sharded_rows
 from worker.bench.state import measure_state, state_rows
+from worker.bench.vector_quality import measure_vector_index, vector_index_rows
 from worker.embedded import EmbeddedServer
 from worker.tenancy import REQUEST_INFO, caller_of
 
@@ -422,6 +423,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only issue 21: one agent of each of these sizes (e.g. 100000,300000,1000000) "
         "written straight into a file; recall with keywords and with vectors, restarts, RSS",
     )
+    parser.add_argument(
+        "--vector-index",
+        help="only the vector index on LoCoMo (--locomo, or the dev split in ../shared/bench/) "
+        "with the builtin model: exact, then codes with each of these shortlists (e.g. 50,1000)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
 
 
@@ -433,6 +439,14 @@ def main(args: argparse.Namespace) -> int:
     if args.sharded:
         sharded = asyncio.run(measure_sharded())
         print(json.dumps(sharded) if args.json else _rows(sharded_rows(sharded)))
+        return 0
+    if args.vector_index:
+        shortlists = [int(size) for size in args.vector_index.split(",")]
+        locomo = find_locomo(args.locomo)
+        if locomo is None:
+            raise SystemExit("bench --vector-index: no LoCoMo file; give one with --locomo")
+        quality = asyncio.run(measure_vector_index(locomo, shortlists))
+        print(json.dumps(quality) if args.json else _rows(vector_index_rows(quality)))
         return 0
     if args.scale:
         scale = asyncio.run(run_scale(args))

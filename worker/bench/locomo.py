@@ -56,10 +56,16 @@ def evidence_ids(raw: list[str]) -> list[str]:
 
 
 async def measure_locomo(
-    client: BenchClient, path: Path, *, embedded: bool, concurrency: int = 32
+    client: BenchClient,
+    path: Path,
+    *,
+    embedded: bool,
+    concurrency: int = 32,
+    top10: list[list[str]] | None = None,
 ) -> dict[str, Any]:
     """With `embedded`, questions wait until every turn has its vector, so that the figures are
-    the model's and not the backfill's progress."""
+    the model's and not the backfill's progress. `top10` gets each question's returned turns
+    (dia ids, in rank order), for comparing two rankings of the same questions."""
     samples = json.loads(path.read_text(encoding="utf-8"))
     answers: list[Answer] = []
     stored_count, store_seconds = 0, 0.0
@@ -89,6 +95,9 @@ async def measure_locomo(
             if not wanted:
                 continue
             returned = [m["id"] for m in reply["memories"]]
+            if top10 is not None:
+                turn_of = {memory: dia for dia, memory in memory_of.items()}
+                top10.append([turn_of[memory] for memory in returned[:10]])
             shares = [len(wanted & set(returned[:k])) / len(wanted) for k in (5, 10)]
             answers.append(Answer(conversation, question["category"], *shares))
     return {

@@ -24,6 +24,7 @@ import numpy as np
 from handlers.recall import ROLE_CODES, Columns, canonical_json, growth, static_part
 from handlers.taxonomy import CATEGORY_CODES, SENSITIVITY_CODES, string_list
 from handlers.text import tokens
+from handlers.vector_index import sign_codes, words_for
 from worker.recall_index.changes import Mark
 from worker.recall_index.lookups import Ids, MetadataLookup, SessionCodes, tag_key
 from worker.recall_index.postings import Csr, Postings, SlotLists
@@ -67,7 +68,7 @@ def list_keys(row: Row) -> tuple[list[str], list[str]]:
 class AgentIndex:
     """Append-only arrays with a live mask; a deleted row's slot is dropped at the next load."""
 
-    def __init__(self, anchor_ms: int, capacity: int = 64) -> None:
+    def __init__(self, anchor_ms: int, capacity: int = 64, *, codes: bool = False) -> None:
         self.anchor_ms = anchor_ms
         self.ids = Ids()
         self.live = np.zeros(capacity, dtype=np.bool_)
@@ -93,6 +94,9 @@ class AgentIndex:
         self.live_count = 0
         # The change log position this index is complete through (None: unknown).
         self.complete: Mark | None = None
+        # Sign codes of the vectors (handlers/vector_index.py), kept in step with them when
+        # recall may use them: model -> (words, capacity) uint64, or None when not kept.
+        self.codes: dict[str, np.ndarray] | None = {} if codes else None
 
     def column(self, name: str) -> np.ndarray:
         found: np.ndarray = getattr(self, name)
@@ -123,6 +127,10 @@ class AgentIndex:
             flags = np.zeros(capacity, dtype=np.bool_)
             flags[: len(self.has_vector[model])] = self.has_vector[model]
             self.has_vector[model] = flags
+        for model, codes in (self.codes or {}).items():
+            wider = np.zeros((codes.shape[0], capacity), dtype=np.uint64)
+            wider[:, : codes.shape[1]] = codes
+            self.codes[model] = wider  # type: ignore[index]
 
     def load(self, rows: Iterable[Row]) -> None:
         """Add many rows to an empty index at once: the lookups and lists are gathered in RAM
@@ -135,6 +143,7 @@ class AgentIndex:
         postings: dict[str, array[int]] = {}
         tag_slots: dict[str, array[int]] = {}
         metadata: dict[str, array[int]] = {}
+        codes, self.codes = self.codes, None  # made at the end, all at once
         for row in rows:
             at = self._place(row, new=True)
             if at is None:
@@ -152,6 +161,21 @@ class AgentIndex:
         self.tag_slots = SlotLists(Csr.gathered(tag_slots))
         self.metadata = SlotLists(Csr.gathered(metadata))
         self.tags = MetadataLookup(self.metadata)
+        if codes is not None:
+            self.keep_codes()
+
+    def keep_codes(self) -> None:
+        """Make every vector's code (a zero row's is zero) and keep them in step from now on; in
+        blocks: 0.25 s a million rows, where one row at a time took 3.4 s."""
+        made = {}
+        rows = len(self.ids)
+        for model, matrix in self.vectors.items():
+            codes = np.zeros((words_for(matrix.shape[1]), self.capacity()), dtype=np.uint64)
+            for start in range(0, rows, 65_536):
+                block = matrix[start : min(rows, start + 65_536)]
+                codes[:, start : start + len(block)] = sign_codes(block)
+            made[model] = codes
+        self.codes = made
 
     def upsert(self, row: Row) -> None:
         at = self._place(row)
@@ -204,6 +228,11 @@ class AgentIndex:
         if self.vectors[model].shape[1] == len(vector):
             self.vectors[model][at] = vector
             self.has_vector[model][at] = True
+            if self.codes is not None:
+                if model not in self.codes:
+                    shape = (words_for(len(vector)), self.capacity())
+                    self.codes[model] = np.zeros(shape, dtype=np.uint64)
+                self.codes[model][:, at] = sign_codes(vector[None])[:, 0]
 
     def unknown_access(self, memory_ids: list[str]) -> list[str]:
         """The ids among these whose access count is not held here yet."""
@@ -256,6 +285,7 @@ class AgentIndex:
             static=get("static"),
             growth=get("growth"),
             anchor_ms=self.anchor_ms,
+            codes=dict(self.codes or {}),
         )
 
     def arrays(self) -> Iterator[np.ndarray]:
@@ -267,5 +297,6 @@ class AgentIndex:
         """What it holds in RAM (a memory-mapped array's pages are the page cache's)."""
         size = sum(int(a.nbytes) for a in self.arrays() if not isinstance(a, np.memmap))
         size += self.postings.nbytes() + self.tag_slots.nbytes() + self.metadata.nbytes()
+        size += sum(int(c.nbytes) for c in (self.codes or {}).values())
         size += self.ids.base.blob.nbytes if not isinstance(self.ids.base.blob, np.memmap) else 0
         return int(size) + self.ids.nbytes() + 100 * len(self.access)

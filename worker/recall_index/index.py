@@ -128,10 +128,13 @@ class MemoryIndex:
         *,
         open_reader: Callable[[], apsw.Connection] | None = None,
         cache_dir: Path | None = None,
+        codes: bool = False,
     ) -> None:
         """Loads run on the `readers` pool (a thread each) over connections of their own
         (`open_reader`, by default `readers.fresh`), closed when the load is done. With a
-        `cache_dir`, agents are persisted there (`attach` starts the saver)."""
+        `cache_dir`, agents are persisted there (`attach` starts the saver). With `codes` each
+        agent keeps its vectors' sign codes too (handlers/vector_index.py)."""
+        self._codes = codes
         self._readers = readers
         self._open_reader = open_reader or readers.fresh
         self._clock = clock
@@ -225,7 +228,7 @@ class MemoryIndex:
     def _read_rows(self, key: AgentKey, conn: apsw.Connection) -> AgentIndex:
         """The agent from SQLite, in one read transaction begun after `pending` was registered,
         and the change log's position in it."""
-        loaded = AgentIndex(anchor_ms=self._clock())
+        loaded = AgentIndex(anchor_ms=self._clock(), codes=self._codes)
         with conn:
             loaded.complete = last_mark(conn) if self._store is not None else None
             loaded.load(
@@ -246,6 +249,8 @@ class MemoryIndex:
             if found is None:
                 return None
             loaded, mark = found
+            if self._codes:  # made from the mapped vectors: codes are not persisted
+                loaded.keep_codes()
             with conn:  # one read transaction: the changes and the rows they name
                 changes = changes_since(conn, key, mark)
                 for memory_id, op in collapse(changes).items():

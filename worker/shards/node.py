@@ -108,6 +108,7 @@ class PartitionNode:
             config.index_memory_mb * 1024 * 1024,
             wall_clock_ms,
             cache_dir=Path(f"{self.path}.index") if config.index_persist else None,
+            codes=config.vector_index != "exact",
         )
         # The log is the durable copy: the file need not sync every commit.
         conn = self._conn = open_db(self.path, synchronous="normal")
