@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 from msgspec import UNSET
 
+from handlers import topk
 from handlers.life import MEMORY_COLUMNS, memory_out
 from handlers.taxonomy import sensitivities_of, string_list, taxonomy_mask
 from handlers.text import query_keywords, stem
@@ -73,6 +74,10 @@ class Columns:
     category: npt.NDArray[np.int8]
     sensitivity: npt.NDArray[np.int8]
     tag_slots: Mapping[str, Sequence[int]]
+    # What the ranking without a query vector (handlers/topk.py) reads besides: id -> slot (to
+    # find the excluded ids' slots), and the prior's bounds per block of slots.
+    row_of: Mapping[str, int] | None = None
+    bounds: topk.BlockBounds | None = None
 
 
 def canonical_json(value: Any) -> str:
@@ -198,7 +203,66 @@ def rank(
 ) -> list[tuple[str, float]]:
     """The exact top `limit` as (id, score): score, then newer timestamp, then ascending id,
     over the memories that pass the filters (all on the columns); `excluded` holds the ids left
-    out (the pinned memories returned apart). `minScore` drops what ranks below it."""
+    out (the pinned memories returned apart). `minScore` drops what ranks below it.
+
+    Without a usable query vector a large agent is ranked by handlers/topk.py, which scores
+    only the memories that can still win; `rank_all` scores every one (and is its reference)."""
+    rows = columns.rows
+    bounds = columns.bounds
+    with_vector = (
+        query_vector is not None
+        and query_vector[0] in columns.vectors
+        and columns.vectors[query_vector[0]].shape[1] == query_vector[1].shape[0]
+    )
+    if (
+        with_vector
+        or rows < topk.FAST_FROM
+        or bounds is None
+        or len(bounds.static) * bounds.block < rows
+    ):
+        return rank_all(
+            columns,
+            req,
+            now=now,
+            query_vector=query_vector,
+            keyword_mode=keyword_mode,
+            excluded=excluded,
+        )
+    return topk.rank_without_vector(
+        columns,
+        req,
+        now=now,
+        keyword_mode=keyword_mode,
+        excluded=excluded_slots(columns, excluded),
+        bounds=bounds,
+    )
+
+
+def excluded_slots(columns: Columns, excluded: set[str] | frozenset[str]) -> npt.NDArray[np.int64]:
+    """The slots of the excluded ids in this snapshot, ascending."""
+    if not excluded:
+        return np.zeros(0, dtype=np.int64)
+    if columns.row_of is not None:
+        row_of = columns.row_of
+        found = [at for memory_id in excluded if (at := row_of.get(memory_id)) is not None]
+    else:
+        found = [
+            at for at, memory_id in enumerate(columns.ids[: columns.rows]) if memory_id in excluded
+        ]
+    slots = np.array(sorted(found), dtype=np.int64)
+    return slots[slots < columns.rows]
+
+
+def rank_all(
+    columns: Columns,
+    req: RecallRequest,
+    *,
+    now: int,
+    query_vector: tuple[str, npt.NDArray[np.float32]] | None,
+    keyword_mode: KeywordMode = "share",
+    excluded: set[str] | frozenset[str] = frozenset(),
+) -> list[tuple[str, float]]:
+    """`rank` by scoring every memory of the agent that passes the filters."""
     rows = columns.rows
     if rows == 0:
         return []
@@ -229,6 +293,17 @@ def rank(
     score = scores(
         columns, req.query, now=now, query_vector=query_vector, keyword_mode=keyword_mode
     )[candidates]
+    return top_of(columns, candidates, score, req)
+
+
+def top_of(
+    columns: Columns,
+    candidates: npt.NDArray[np.int64],
+    score: npt.NDArray[np.float64],
+    req: RecallRequest,
+) -> list[tuple[str, float]]:
+    """The first `limit` of the candidates (slots) by score, newer timestamp, then ascending
+    id, without those below `minScore`."""
     if len(candidates) > req.limit:
         kth = np.partition(score, len(score) - req.limit)[len(score) - req.limit]
         keep = score >= kth  # every row tied with the k-th competes on the tie-breaks

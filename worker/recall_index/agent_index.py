@@ -18,6 +18,7 @@ import numpy as np
 from handlers.recall import ROLE_CODES, Columns, canonical_json, growth, static_part
 from handlers.taxonomy import CATEGORY_CODES, SENSITIVITY_CODES, string_list
 from handlers.text import tokens
+from handlers.topk import BlockBounds
 from worker.recall_index.postings import GrowingPostings, PostingLists
 
 ROW_SQL = (
@@ -75,6 +76,8 @@ class AgentIndex:
         self.has_vector: dict[str, np.ndarray] = {}
         self.postings = GrowingPostings()
         self.dead = 0
+        # The prior's bounds per block of slots, for the ranking without a query vector.
+        self.bounds = BlockBounds()
 
     _COLUMNS = (
         "live", "timestamp", "importance", "confidence", "role", "session", "static", "growth",
@@ -117,12 +120,15 @@ class AgentIndex:
                     gathered[token] = found = array("i")
                 found.append(at)
         self.postings.extend(gathered)
+        self.bounds.rebuild(self.static, self.growth, len(self.ids))
 
     def upsert(self, row: Row) -> None:
         at = self._place(row)
         if at is not None:
             for token in words(row):
                 self.postings.add(token, at)
+        slot = self.row_of[row[0]]
+        self.bounds.raise_to(slot, float(self.static[slot]), float(self.growth[slot]))
 
     def _place(self, row: Row) -> int | None:
         """Set the row's columns; the slot of a new memory, whose postings the caller adds
@@ -207,6 +213,8 @@ class AgentIndex:
             static=self.static,
             growth=self.growth,
             anchor_ms=self.anchor_ms,
+            row_of=self.row_of,
+            bounds=self.bounds,
         )
 
     def nbytes(self) -> int:
