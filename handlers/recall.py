@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 from msgspec import UNSET
 
-from handlers import topk
+from handlers import topk, topk_rows
 from handlers.life import MEMORY_COLUMNS, memory_out
 from handlers.taxonomy import sensitivities_of, string_list, taxonomy_mask
 from handlers.text import query_keywords, stem
@@ -77,7 +77,7 @@ class Columns:
     # What the ranking without a query vector (handlers/topk.py) reads besides: id -> slot (to
     # find the excluded ids' slots), and the prior's bounds per block of slots.
     row_of: Mapping[str, int] | None = None
-    bounds: topk.BlockBounds | None = None
+    bounds: topk_rows.BlockBounds | None = None
 
 
 def canonical_json(value: Any) -> str:
@@ -228,29 +228,19 @@ def rank(
             keyword_mode=keyword_mode,
             excluded=excluded,
         )
-    return topk.rank_without_vector(
+    found = topk.rank_without_vector(
         columns,
         req,
         now=now,
         keyword_mode=keyword_mode,
-        excluded=excluded_slots(columns, excluded),
+        excluded=topk.excluded_slots(columns, excluded),
         bounds=bounds,
     )
-
-
-def excluded_slots(columns: Columns, excluded: set[str] | frozenset[str]) -> npt.NDArray[np.int64]:
-    """The slots of the excluded ids in this snapshot, ascending."""
-    if not excluded:
-        return np.zeros(0, dtype=np.int64)
-    if columns.row_of is not None:
-        row_of = columns.row_of
-        found = [at for memory_id in excluded if (at := row_of.get(memory_id)) is not None]
-    else:
-        found = [
-            at for at, memory_id in enumerate(columns.ids[: columns.rows]) if memory_id in excluded
-        ]
-    slots = np.array(sorted(found), dtype=np.int64)
-    return slots[slots < columns.rows]
+    if found is not None:
+        return found
+    return rank_all(
+        columns, req, now=now, query_vector=None, keyword_mode=keyword_mode, excluded=excluded
+    )
 
 
 def rank_all(

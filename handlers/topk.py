@@ -15,180 +15,24 @@ final order is `handlers.recall.top_of`'s, so the result is the full scan's, bit
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from msgspec import UNSET
 
 from handlers import recall
-from handlers.taxonomy import CATEGORY_CODES, SENSITIVITY_CODES, categories_of
 from handlers.text import query_keywords, stem
+from handlers.topk_rows import BlockBounds, Filter, Rows, Scores, Top, in_ranges, member
 from schema.memory import RecallRequest
 
-BLOCK = 4096
 # Below this many rows the full scan (`recall.rank_all`) is as fast: a few vector operations.
 FAST_FROM = 16_384
 # Floating slack on every bound: a bound adds its terms in another order than a score does.
 SLACK = 1e-9
 # Keywords whose postings hold more than this share of the rows are left to the block pass.
 ESSENTIAL_SHARE = 1 / 16
-Rows = npt.NDArray[np.int64]
-Scores = npt.NDArray[np.float64]
-
-
-class BlockBounds:
-    """Per block of `block` slots: the greatest static part and growth of its rows. A rescore
-    may only raise them (a lowered value leaves a looser bound, still valid); a load rebuilds
-    them. Arrays are replaced, never resized, so a ranking holding the old ones stays valid."""
-
-    def __init__(self, block: int = BLOCK) -> None:
-        self.block = block
-        self.static: Scores = np.full(16, -math.inf)
-        self.growth: Scores = np.full(16, -math.inf)
-
-    def rebuild(self, static: Scores, growth: Scores, rows: int) -> None:
-        blocks = -(-rows // self.block)
-        size = max(16, 2 * blocks)
-        fresh_static, fresh_growth = np.full(size, -math.inf), np.full(size, -math.inf)
-        for fresh, column in ((fresh_static, static), (fresh_growth, growth)):
-            padded = np.full(blocks * self.block, -math.inf)
-            padded[:rows] = column[:rows]
-            fresh[:blocks] = padded.reshape(blocks, self.block).max(axis=1, initial=-math.inf)
-        self.static, self.growth = fresh_static, fresh_growth
-
-    def raise_to(self, at: int, static: float, growth: float) -> None:
-        block = at // self.block
-        if block >= len(self.static):
-            size = 2 * block + 2
-            for name in ("static", "growth"):
-                old = getattr(self, name)
-                new = np.full(size, -math.inf)
-                new[: len(old)] = old
-                setattr(self, name, new)
-        # Growth before static: both only rise, and a reader sees each at least as it was.
-        if not growth <= self.growth[block]:
-            self.growth[block] = growth
-        if not static <= self.static[block]:
-            self.static[block] = static
-
-
-def member(sorted_slots: npt.NDArray[Any], rows: Rows) -> npt.NDArray[np.bool_]:
-    """Which of `rows` are in the ascending array `sorted_slots`."""
-    if len(sorted_slots) == 0:
-        return np.zeros(len(rows), dtype=np.bool_)
-    at = np.searchsorted(sorted_slots, rows)
-    np.minimum(at, len(sorted_slots) - 1, out=at)
-    found: npt.NDArray[np.bool_] = sorted_slots[at] == rows
-    return found
-
-
-def slot_array(slots: Sequence[int], rows: int) -> Rows:
-    """An append-only slot list (ascending) as an array of the slots below `rows`, copied: a
-    view would pin the writer's array.array, which could then not grow."""
-    found = np.array(slots, dtype=np.int64)
-    return found[: int(np.searchsorted(found, rows))]
-
-
-class Filter:
-    """recall.rank's filters, applied to the rows given rather than to the whole agent."""
-
-    def __init__(
-        self,
-        columns: recall.Columns,
-        req: RecallRequest,
-        excluded: Rows,
-        session_code: int | None,
-    ) -> None:
-        self.columns, self.req = columns, req
-        self.excluded, self.session_code = excluded, session_code
-        rows = columns.rows
-        self.metadata: list[Rows] = []
-        if req.metadata is not UNSET:
-            tags: Mapping[tuple[str, str], Sequence[int]] = columns.tags
-            for key, value in req.metadata.items():
-                self.metadata.append(
-                    slot_array(tags.get((key, recall.canonical_json(value)), ()), rows)
-                )
-        self.tagged: Rows | None = None
-        if req.tags is not UNSET:
-            found = [slot_array(columns.tag_slots.get(tag, ()), rows) for tag in req.tags]
-            self.tagged = np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
-        categories = categories_of(req)
-        self.categories = None if categories is None else [CATEGORY_CODES[c] for c in categories]
-
-    def driver(self) -> Rows | None:
-        """The only rows that can pass, when a slot-list filter names them (else None)."""
-        lists = self.metadata + ([] if self.tagged is None else [self.tagged])
-        if not lists:
-            return None
-        smallest = min(lists, key=len)
-        return smallest
-
-    def passing(self, rows: Rows) -> npt.NDArray[np.bool_]:
-        c, req = self.columns, self.req
-        keep: npt.NDArray[np.bool_] = c.live[rows]
-        if req.pinned is not UNSET:
-            keep &= c.pinned[rows] == req.pinned
-        for slots in self.metadata:
-            keep &= member(slots, rows)
-        if self.categories is not None:
-            keep &= np.isin(c.category[rows], self.categories)
-        if req.max_sensitivity is not UNSET:
-            keep &= c.sensitivity[rows] <= SENSITIVITY_CODES[req.max_sensitivity]
-        if self.tagged is not None:
-            keep &= member(self.tagged, rows)
-        if len(self.excluded):
-            keep &= ~member(self.excluded, rows)
-        if req.since is not UNSET or req.until is not UNSET:
-            timestamp = c.timestamp[rows]
-            if req.since is not UNSET:
-                keep &= timestamp >= req.since
-            if req.until is not UNSET:
-                keep &= timestamp < req.until
-        if req.roles is not UNSET:
-            keep &= np.isin(c.role[rows], [recall.ROLE_CODES[role] for role in req.roles])
-        if self.session_code is not None:
-            keep &= c.session[rows] == self.session_code
-        return keep
-
-
-def in_ranges(sorted_slots: Rows, starts: Rows, ends: Rows) -> npt.NDArray[np.bool_]:
-    """Which rows of the ranges [starts[i], ends[i]), laid end to end, are in `sorted_slots`:
-    reads only the slots inside the ranges, not every row of them."""
-    lengths = ends - starts
-    found = np.zeros(int(lengths.sum()), dtype=np.bool_)
-    low = np.searchsorted(sorted_slots, starts)
-    high = np.searchsorted(sorted_slots, ends)
-    offset = 0
-    for start, length, lo, hi in zip(starts, lengths, low, high, strict=True):
-        if hi > lo:
-            found[sorted_slots[lo:hi] - (start - offset)] = True
-        offset += int(length)
-    return found
-
-
-class Top:
-    """The best rows offered so far: every row scoring at least the k-th best (ties kept, as
-    they compete on timestamp and id), and `theta`, the score a row must reach to matter."""
-
-    def __init__(self, limit: int, floor: float) -> None:
-        self.limit = limit
-        self.theta = floor
-        self.rows: Rows = np.zeros(0, dtype=np.int64)
-        self.scores: Scores = np.zeros(0, dtype=np.float64)
-
-    def offer(self, rows: Rows, scores: Scores) -> None:
-        if len(rows) == 0:
-            return
-        rows, scores = np.concatenate([self.rows, rows]), np.concatenate([self.scores, scores])
-        if len(scores) > self.limit:
-            kth = float(np.partition(scores, len(scores) - self.limit)[len(scores) - self.limit])
-            keep = scores >= kth
-            rows, scores = rows[keep], scores[keep]
-            self.theta = max(self.theta, kth)
-        self.rows, self.scores = rows, scores
+# When blocks holding more than this share of the rows are still in play, scanning all is faster.
+FULL_SCAN_SHARE = 0.5
 
 
 Term = tuple[int, Rows, float]  # (place in the query's order, posting below `rows`, weight)
@@ -230,6 +74,23 @@ def weighted_terms(
     return [(posting, weight / total) for posting, weight in zip(postings, weights, strict=True)]
 
 
+def excluded_slots(
+    columns: recall.Columns, excluded: set[str] | frozenset[str]
+) -> npt.NDArray[np.int64]:
+    """The slots of the excluded ids in this snapshot, ascending."""
+    if not excluded:
+        return np.zeros(0, dtype=np.int64)
+    if columns.row_of is not None:
+        row_of = columns.row_of
+        found = [at for memory_id in excluded if (at := row_of.get(memory_id)) is not None]
+    else:
+        found = [
+            at for at, memory_id in enumerate(columns.ids[: columns.rows]) if memory_id in excluded
+        ]
+    slots = np.array(sorted(found), dtype=np.int64)
+    return slots[slots < columns.rows]
+
+
 def prior(columns: recall.Columns, rows: Rows, c: float) -> Scores:
     """`recall.scores`'s first steps, on these rows only (the same operations, in order)."""
     total: Scores = columns.growth[rows] * c
@@ -248,8 +109,10 @@ def rank_without_vector(
     excluded: Rows,
     bounds: BlockBounds,
     essential_share: float = ESSENTIAL_SHARE,
-) -> list[tuple[str, float]]:
-    """`recall.rank`'s answer without a query vector; `excluded`: the slots left out."""
+    full_scan_share: float = FULL_SCAN_SHARE,
+) -> list[tuple[str, float]] | None:
+    """`recall.rank`'s answer without a query vector (`excluded`: the slots left out), or None
+    when the bounds leave so many memories in play that `recall.rank_all` is faster."""
     if columns.rows == 0:
         return []
     session_code = None
@@ -263,7 +126,8 @@ def rank_without_vector(
         ranking.settle(driver, {}, ranking.present)
     else:
         essential = ranking.essential(essential_share, bounds)
-        ranking.blocks(bounds, essential)
+        if not ranking.blocks(bounds, essential, full_scan_share):
+            return None
     return recall.top_of(columns, ranking.top.rows, ranking.top.scores, req)
 
 
@@ -352,24 +216,35 @@ class Ranking:
         return done
 
     def block_priors(self, bounds: BlockBounds) -> Scores:
-        """Per block, the highest prior any of its rows can have now."""
+        """Per block, the highest prior any of its rows can have now (minus infinity for a
+        block whose timestamps all fall outside `since`..`until`)."""
         blocks = -(-self.columns.rows // bounds.block)
         recency = bounds.growth[:blocks] * self.c
         np.minimum(recency, 1.0, out=recency)
         recency *= 0.10
         bound: Scores = recency + bounds.static[:blocks]
         bound[np.isnan(bound)] = math.inf
+        req = self.passes.req
+        if req.since is not UNSET:
+            bound[bounds.newest[:blocks] < req.since] = -math.inf
+        if req.until is not UNSET:
+            bound[-bounds.oldest[:blocks] >= req.until] = -math.inf
         return bound
 
-    def blocks(self, bounds: BlockBounds, essential: list[int]) -> None:
+    def blocks(self, bounds: BlockBounds, essential: list[int], full_scan_share: float) -> bool:
         """Score the rows in no essential posting, block by block, highest bound first (in
-        batches of 1, 2, 4, ... blocks), while a block's bound reaches the k-th score."""
+        batches of 1, 2, 4, ... blocks), while a block's bound reaches the k-th score; False
+        when so many blocks still could that scanning every row is cheaper."""
         others = [at for at in self.present if at not in essential]
         bound = self.block_priors(bounds) + 0.25 * sum(self.weight(at) for at in others) + SLACK
         order = np.argsort(-bound, kind="stable")
         order = order[bound[order] >= self.top.theta]
         taken, batch = 0, 1
         while taken < len(order):
+            if taken >= 3:  # after the first batches, the best bounds, have set the k-th score
+                left = np.count_nonzero(bound[order[taken:]] >= self.top.theta)
+                if left * bounds.block > full_scan_share * self.columns.rows:
+                    return False
             chosen = order[taken : taken + batch]
             taken += batch
             batch *= 2
@@ -385,3 +260,4 @@ class Ranking:
             hits = {at: in_ranges(self.posting(at), starts, ends) for at in others}
             rows = rows[keep]
             self.settle(rows, {at: hit[keep] for at, hit in hits.items()}, [])
+        return True

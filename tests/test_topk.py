@@ -5,6 +5,7 @@ deletions, rescores, rows appended after the snapshot, and every filter."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgspec
@@ -12,8 +13,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers.recall import KeywordMode, excluded_slots, rank, rank_all
-from handlers.topk import FAST_FROM, BlockBounds, rank_without_vector
+from handlers.recall import KeywordMode, rank, rank_all
+from handlers.topk import FAST_FROM, excluded_slots, rank_without_vector
+from handlers.topk_rows import BlockBounds
 from schema.memory import RecallRequest
 from schema.taxonomy import CATEGORIES, SENSITIVITIES
 from worker.recall_index.agent_index import AgentIndex, Row
@@ -147,6 +149,7 @@ def test_skipping_ranking_equals_the_full_scan(
         excluded=excluded_slots(snapshot, excluded),
         bounds=index.bounds,
         essential_share=share,
+        full_scan_share=math.inf,  # never leave it to the full scan here
     )
     assert ours == expected
 

@@ -18,7 +18,7 @@ import numpy as np
 from handlers.recall import ROLE_CODES, Columns, canonical_json, growth, static_part
 from handlers.taxonomy import CATEGORY_CODES, SENSITIVITY_CODES, string_list
 from handlers.text import tokens
-from handlers.topk import BlockBounds
+from handlers.topk_rows import BlockBounds
 from worker.recall_index.postings import GrowingPostings, PostingLists
 
 ROW_SQL = (
@@ -120,7 +120,7 @@ class AgentIndex:
                     gathered[token] = found = array("i")
                 found.append(at)
         self.postings.extend(gathered)
-        self.bounds.rebuild(self.static, self.growth, len(self.ids))
+        self.bounds.rebuild(self.static, self.growth, self.timestamp, len(self.ids))
 
     def upsert(self, row: Row) -> None:
         at = self._place(row)
@@ -128,7 +128,7 @@ class AgentIndex:
             for token in words(row):
                 self.postings.add(token, at)
         slot = self.row_of[row[0]]
-        self.bounds.raise_to(slot, float(self.static[slot]), float(self.growth[slot]))
+        self.bounds.widen(slot, float(self.static[slot]), float(self.growth[slot]), row[3])
 
     def _place(self, row: Row) -> int | None:
         """Set the row's columns; the slot of a new memory, whose postings the caller adds
