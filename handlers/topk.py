@@ -15,6 +15,7 @@ final order is `handlers.recall.top_of`'s, so the result is the full scan's, bit
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -162,16 +163,24 @@ class Ranking:
         return self.terms[at][1]
 
     def settle(
-        self, rows: Rows, hits: dict[int, npt.NDArray[np.bool_]], unknown: list[int]
+        self,
+        rows: Rows,
+        hits: dict[int, npt.NDArray[np.bool_]],
+        unknown: list[int],
+        settled: Sequence[int] = (),
     ) -> None:
-        """Offer the rows that pass and may reach the k-th score, exactly scored. `hits`: the
-        keywords already known for them (which rows have each); `unknown`: the keywords to look
-        up, heaviest first, dropping rows as soon as their bound falls below the k-th score."""
+        """Offer the rows that pass and may reach the k-th score, exactly scored, but those in
+        the postings of the keywords `settled` before. `hits`: the keywords already known for
+        them (which rows have each); `unknown`: the keywords to look up, heaviest first,
+        dropping rows as soon as their bound falls below the k-th score."""
         score = prior(self.columns, rows, self.c)
         bound = score + SLACK + 0.25 * sum(self.weight(at) for at in unknown)
         for at, hit in hits.items():
             bound[hit] += 0.25 * self.weight(at)
-        keep = (bound >= self.top.theta) & self.passes.passing(rows)
+        keep = bound >= self.top.theta
+        for at in settled:
+            keep[keep] &= ~member(self.posting(at), rows[keep])
+        keep[keep] &= self.passes.passing(rows[keep])
         rows, score, bound = rows[keep], score[keep], bound[keep]
         hits = {at: hit[keep] for at, hit in hits.items()}
         theta = self.top.theta
@@ -206,12 +215,8 @@ class Ranking:
             posting = self.posting(at)
             if len(posting) > self.columns.rows * share:
                 continue
-            # Rows of keywords already done were settled with them.
-            rows = posting
-            for other in done:
-                rows = rows[~member(self.posting(other), rows)] if len(rows) else rows
             unknown = [other for other in self.present if other != at and other not in done]
-            self.settle(rows, {at: np.ones(len(rows), dtype=np.bool_)}, unknown)
+            self.settle(posting, {at: np.ones(len(posting), dtype=np.bool_)}, unknown, done)
             done.append(at)
         return done
 
