@@ -27,7 +27,7 @@ from handlers.topk_rows import BlockBounds, Filter, Rows, Scores, Top, in_ranges
 from schema.memory import RecallRequest
 
 # Below this many rows the full scan (`recall.rank_all`) is as fast: a few vector operations.
-FAST_FROM = 16_384
+FAST_FROM = 32_768
 # Floating slack on every bound: a bound adds its terms in another order than a score does.
 SLACK = 1e-9
 # Keywords whose postings hold more than this share of the rows are left to the block pass.
