@@ -11,7 +11,7 @@ full rows.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 from msgspec import UNSET
 
+from handlers import topk, topk_rows
 from handlers.life import MEMORY_COLUMNS, memory_out
 from handlers.taxonomy import sensitivities_of, string_list, taxonomy_mask
 from handlers.text import query_keywords, stem
@@ -81,6 +82,10 @@ class Columns:
     # Sign codes of the vectors, per model (handlers/vector_index.py): only where the worker
     # keeps them (MEMORY_WORKER_VECTOR_INDEX other than `exact`).
     codes: dict[str, npt.NDArray[np.uint64]] = field(default_factory=dict)
+    # What the ranking without a query vector (handlers/topk.py) reads besides: id -> its
+    # slots (to find the excluded ids' slots), and the prior's bounds per block of slots.
+    slots_of: Callable[[str], Iterable[int]] | None = None
+    bounds: topk_rows.BlockBounds | None = None
 
 
 def canonical_json(value: Any) -> str:
@@ -208,7 +213,59 @@ def rank(
     """The exact top `limit` as (id, score): score, then newer timestamp, then ascending id,
     over the memories that pass the filters (all on the columns); `excluded` holds the ids left
     out (the pinned memories returned apart). `minScore` drops what ranks below it. Where
-    `vector_index` applies, the top of a shortlist picked with the codes (approximate)."""
+    `vector_index` applies, the top of a shortlist picked with the codes (approximate).
+
+    Without a usable query vector a large agent is ranked by handlers/topk.py, which scores
+    only the memories that can still win; `rank_all` scores every one (and is its reference)."""
+    rows = columns.rows
+    bounds = columns.bounds
+    with_vector = (
+        query_vector is not None
+        and query_vector[0] in columns.vectors
+        and columns.vectors[query_vector[0]].shape[1] == query_vector[1].shape[0]
+    )
+    if (
+        with_vector
+        or rows < topk.FAST_FROM
+        or bounds is None
+        or len(bounds.static) * bounds.block < rows
+    ):
+        return rank_all(
+            columns,
+            req,
+            now=now,
+            query_vector=query_vector,
+            keyword_mode=keyword_mode,
+            excluded=excluded,
+            vector_index=vector_index,
+        )
+    found = topk.rank_without_vector(
+        columns,
+        req,
+        now=now,
+        keyword_mode=keyword_mode,
+        excluded=topk.excluded_slots(columns, excluded),
+        bounds=bounds,
+    )
+    if found is not None:
+        return found
+    return rank_all(
+        columns, req, now=now, query_vector=None, keyword_mode=keyword_mode, excluded=excluded
+    )
+
+
+def rank_all(
+    columns: Columns,
+    req: RecallRequest,
+    *,
+    now: int,
+    query_vector: tuple[str, npt.NDArray[np.float32]] | None,
+    keyword_mode: KeywordMode = "share",
+    excluded: set[str] | frozenset[str] = frozenset(),
+    vector_index: VectorIndex = EXACT,
+) -> list[tuple[str, float]]:
+    """`rank` by scoring every memory of the agent that passes the filters (with the codes, of
+    a shortlist of them)."""
     rows = columns.rows
     if rows == 0:
         return []
@@ -221,7 +278,7 @@ def rank(
     if taxonomy is not None:
         eligible &= taxonomy
     if excluded:
-        eligible &= np.fromiter((i not in excluded for i in columns.ids[:rows]), bool, rows)
+        eligible[topk.excluded_slots(columns, excluded)] = False
     if req.since is not UNSET:
         eligible &= columns.timestamp[:rows] >= req.since
     if req.until is not UNSET:
@@ -246,6 +303,17 @@ def rank(
         score = scores(
             columns, req.query, now=now, query_vector=query_vector, keyword_mode=keyword_mode
         )[candidates]
+    return top_of(columns, candidates, score, req)
+
+
+def top_of(
+    columns: Columns,
+    candidates: npt.NDArray[np.int64],
+    score: npt.NDArray[np.float64],
+    req: RecallRequest,
+) -> list[tuple[str, float]]:
+    """The first `limit` of the candidates (slots) by score, newer timestamp, then ascending
+    id, without those below `minScore`."""
     if len(candidates) > req.limit:
         kth = np.partition(score, len(score) - req.limit)[len(score) - req.limit]
         keep = score >= kth  # every row tied with the k-th competes on the tie-breaks

@@ -24,6 +24,7 @@ import numpy as np
 from handlers.recall import ROLE_CODES, Columns, canonical_json, growth, static_part
 from handlers.taxonomy import CATEGORY_CODES, SENSITIVITY_CODES, string_list
 from handlers.text import tokens
+from handlers.topk_rows import BlockBounds
 from handlers.vector_index import sign_codes, words_for
 from worker.recall_index.changes import Mark
 from worker.recall_index.lookups import Ids, MetadataLookup, SessionCodes, tag_key
@@ -97,6 +98,8 @@ class AgentIndex:
         # Sign codes of the vectors (handlers/vector_index.py), kept in step with them when
         # recall may use them: model -> (words, capacity) uint64, or None when not kept.
         self.codes: dict[str, np.ndarray] | None = {} if codes else None
+        # The prior's bounds per block of slots, for the ranking without a query vector.
+        self.bounds = BlockBounds()
 
     def column(self, name: str) -> np.ndarray:
         found: np.ndarray = getattr(self, name)
@@ -163,6 +166,12 @@ class AgentIndex:
         self.tags = MetadataLookup(self.metadata)
         if codes is not None:
             self.keep_codes()
+        self.rebuild_bounds()
+
+    def rebuild_bounds(self) -> None:
+        """The prior's bounds per block, over every row (after a load or opening a snapshot)."""
+        get = self.column
+        self.bounds.rebuild(get("static"), get("growth"), get("timestamp"), len(self.ids))
 
     def keep_codes(self) -> None:
         """Make every vector's code (a zero row's is zero) and keep them in step from now on; in
@@ -179,6 +188,10 @@ class AgentIndex:
 
     def upsert(self, row: Row) -> None:
         at = self._place(row)
+        slot = self.slot_of(row[0]) if at is None else at
+        if slot is not None:
+            static, grown = float(self.column("static")[slot]), float(self.column("growth")[slot])
+            self.bounds.widen(slot, static, grown, row[3])
         if at is None:
             return
         for token in words(row):
@@ -286,6 +299,8 @@ class AgentIndex:
             growth=get("growth"),
             anchor_ms=self.anchor_ms,
             codes=dict(self.codes or {}),
+            slots_of=self.ids.slots,
+            bounds=self.bounds,
         )
 
     def arrays(self) -> Iterator[np.ndarray]:

@@ -251,6 +251,7 @@ class MemoryIndex:
             loaded, mark = found
             if self._codes:  # made from the mapped vectors: codes are not persisted
                 loaded.keep_codes()
+            loaded.rebuild_bounds()  # nor are the prior's bounds: one pass over two columns
             with conn:  # one read transaction: the changes and the rows they name
                 changes = changes_since(conn, key, mark)
                 for memory_id, op in collapse(changes).items():

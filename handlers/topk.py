@@ -1,0 +1,270 @@
+"""Recall's exact top-k without a query vector, scoring only the memories that can still win.
+
+Without cosine a memory's score is its prior, min(1, growth * c(now)) * 0.10 + static, plus
+0.25 * the weights of the query keywords it has. The prior is bounded per block of slots
+(`BlockBounds`: the greatest growth and static part of each block's rows), so a block whose
+bound cannot reach the k-th best score found so far is skipped without reading its rows.
+Keywords are split MaxScore-style: rare ones ("essential", small postings, visited heaviest
+first) have their rows scored exactly, which soon gives a high k-th score; common ones are left
+to the block pass, which scores a block's rows exactly, common keywords included, only when
+its prior bound plus their total weight reaches that k-th score. Every score is computed with
+the same floating point operations, in the same order, as `handlers.recall.scores`, and the
+final order is `handlers.recall.top_of`'s, so the result is the full scan's, bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+from msgspec import UNSET
+
+from handlers import recall
+from handlers.text import query_keywords, stem
+from handlers.topk_rows import BlockBounds, Filter, Rows, Scores, Top, in_ranges, member
+from schema.memory import RecallRequest
+
+# Below this many rows the full scan (`recall.rank_all`) is as fast: a few vector operations.
+FAST_FROM = 32_768
+# Floating slack on every bound: a bound adds its terms in another order than a score does.
+SLACK = 1e-9
+# Keywords whose postings hold more than this share of the rows are left to the block pass.
+ESSENTIAL_SHARE = 1 / 16
+# When blocks holding more than this share of the rows are still in play, scanning all is faster.
+FULL_SCAN_SHARE = 0.5
+
+
+Term = tuple[int, Rows, float]  # (place in the query's order, posting below `rows`, weight)
+
+
+def weighted_terms(
+    columns: recall.Columns, mode: recall.KeywordMode, query: str
+) -> list[tuple[Rows | None, float]]:
+    """`recall.keyword_weights`'s postings and weights, computed without reading every row:
+    postings are cut at `rows` but keep deleted rows (the filter drops them), and the live
+    counts IDF needs come from the deleted slots, which are few."""
+    keywords = query_keywords(query)
+    if mode == "stems":
+        stems = list(dict.fromkeys(stem(keyword) for keyword in keywords))
+        found = [recall.stem_posting(columns.postings, stemmed) for stemmed in stems]
+    else:
+        found = [columns.postings.get(keyword) for keyword in keywords]
+    if not found:
+        return []
+    rows = columns.rows
+    postings = [
+        None if p is None else p[: int(np.searchsorted(p, rows))].astype(np.int64) for p in found
+    ]
+    if mode == "share":
+        weights = [1.0] * len(postings)
+    else:
+        live = columns.live[:rows]
+        alive = int(np.count_nonzero(live))
+        dead = np.flatnonzero(~live) if alive < rows else np.zeros(0, dtype=np.int64)
+
+        def live_count(posting: Rows) -> int:
+            if len(dead) == 0:
+                return len(posting)
+            if len(dead) < len(posting):
+                return len(posting) - int(np.count_nonzero(member(posting, dead)))
+            return int(np.count_nonzero(live[posting]))
+
+        memories = max(1, alive)
+        weights = [recall.idf(memories, 0 if p is None else live_count(p)) for p in postings]
+    total = sum(weights)
+    return [(posting, weight / total) for posting, weight in zip(postings, weights, strict=True)]
+
+
+def excluded_slots(
+    columns: recall.Columns, excluded: set[str] | frozenset[str]
+) -> npt.NDArray[np.int64]:
+    """The slots of the excluded ids in this snapshot, ascending."""
+    if not excluded:
+        return np.zeros(0, dtype=np.int64)
+    if columns.slots_of is not None:
+        slots_of = columns.slots_of
+        found = [at for memory_id in excluded for at in slots_of(memory_id)]
+    else:
+        found = [
+            at for at, memory_id in enumerate(columns.ids[: columns.rows]) if memory_id in excluded
+        ]
+    slots = np.array(sorted(found), dtype=np.int64)
+    return slots[slots < columns.rows]
+
+
+def prior(columns: recall.Columns, rows: Rows, c: float) -> Scores:
+    """`recall.scores`'s first steps, on these rows only (the same operations, in order)."""
+    total: Scores = columns.growth[rows] * c
+    np.minimum(total, 1.0, out=total)
+    total *= 0.10
+    total += columns.static[rows]
+    return total
+
+
+def rank_without_vector(
+    columns: recall.Columns,
+    req: RecallRequest,
+    *,
+    now: int,
+    keyword_mode: recall.KeywordMode,
+    excluded: Rows,
+    bounds: BlockBounds,
+    essential_share: float = ESSENTIAL_SHARE,
+    full_scan_share: float = FULL_SCAN_SHARE,
+) -> list[tuple[str, float]] | None:
+    """`recall.rank`'s answer without a query vector (`excluded`: the slots left out), or None
+    when the bounds leave so many memories in play that `recall.rank_all` is faster."""
+    if columns.rows == 0:
+        return []
+    session_code = None
+    if req.session_id is not UNSET:
+        session_code = columns.session_codes.get(req.session_id)
+        if session_code is None:
+            return []
+    ranking = Ranking(columns, req, now, keyword_mode, Filter(columns, req, excluded, session_code))
+    driver = ranking.passes.driver()
+    if driver is not None and len(driver) <= columns.rows * essential_share:
+        ranking.settle(driver, {}, ranking.present)
+    else:
+        essential = ranking.essential(essential_share, bounds)
+        if not ranking.blocks(bounds, essential, full_scan_share):
+            return None
+    return recall.top_of(columns, ranking.top.rows, ranking.top.scores, req)
+
+
+class Ranking:
+    """One query's state: its keywords (weights in the query's order, and those with rows), the
+    best rows so far, and the rows' prior at `now`."""
+
+    def __init__(
+        self,
+        columns: recall.Columns,
+        req: RecallRequest,
+        now: int,
+        keyword_mode: recall.KeywordMode,
+        passes: Filter,
+    ) -> None:
+        self.columns, self.passes = columns, passes
+        self.c = 0.5 ** ((now - columns.anchor_ms) / recall.WEEK_MS)
+        self.terms = weighted_terms(columns, keyword_mode, req.query)
+        # Keywords some row has, heaviest first (then rarest): MaxScore's order.
+        self.present = [
+            at for at, (posting, _) in enumerate(self.terms) if posting is not None and len(posting)
+        ]
+        self.present.sort(key=lambda at: (-self.weight(at), len(self.posting(at))))
+        self.top = Top(req.limit, -math.inf if req.min_score is UNSET else req.min_score)
+
+    def posting(self, at: int) -> Rows:
+        posting = self.terms[at][0]
+        assert posting is not None
+        return posting
+
+    def weight(self, at: int) -> float:
+        return self.terms[at][1]
+
+    def settle(
+        self,
+        rows: Rows,
+        hits: dict[int, npt.NDArray[np.bool_]],
+        unknown: list[int],
+        settled: Sequence[int] = (),
+    ) -> None:
+        """Offer the rows that pass and may reach the k-th score, exactly scored, but those in
+        the postings of the keywords `settled` before. `hits`: the keywords already known for
+        them (which rows have each); `unknown`: the keywords to look up, heaviest first,
+        dropping rows as soon as their bound falls below the k-th score."""
+        score = prior(self.columns, rows, self.c)
+        bound = score + SLACK + 0.25 * sum(self.weight(at) for at in unknown)
+        for at, hit in hits.items():
+            bound[hit] += 0.25 * self.weight(at)
+        keep = bound >= self.top.theta
+        for at in settled:
+            keep[keep] &= ~member(self.posting(at), rows[keep])
+        keep[keep] &= self.passes.passing(rows[keep])
+        rows, score, bound = rows[keep], score[keep], bound[keep]
+        hits = {at: hit[keep] for at, hit in hits.items()}
+        theta = self.top.theta
+        limit = self.top.limit
+        if unknown and len(rows) > limit:
+            # What these rows score without the keywords not yet looked up is a lower bound:
+            # the k-th best of it is one too for the k-th score, before any look-up.
+            lower = bound - SLACK - 0.25 * sum(self.weight(at) for at in unknown)
+            kth = float(np.partition(lower, len(lower) - limit)[len(lower) - limit])
+            theta = max(theta, kth - SLACK)
+        for at in unknown:
+            hit = member(self.posting(at), rows)
+            bound[~hit] -= 0.25 * self.weight(at)
+            keep = bound >= theta
+            rows, score, bound = rows[keep], score[keep], bound[keep]
+            hits = {known: found[keep] for known, found in hits.items()}
+            hits[at] = hit[keep]
+        for at, (_, weight) in enumerate(self.terms):  # the query's order, as `scores` adds
+            if at in hits:
+                score[hits[at]] += 0.25 * weight
+        self.top.offer(rows, score)
+
+    def essential(self, share: float, bounds: BlockBounds) -> list[int]:
+        """Score the rows of the heaviest keywords with small postings until the rest of the
+        keywords with the highest prior cannot reach the k-th score; those keywords."""
+        prior_max = float(self.block_priors(bounds).max())
+        done: list[int] = []
+        for at in self.present:
+            rest = sum(self.weight(other) for other in self.present if other not in done)
+            if prior_max + 0.25 * rest + SLACK < self.top.theta:
+                break
+            posting = self.posting(at)
+            if len(posting) > self.columns.rows * share:
+                continue
+            unknown = [other for other in self.present if other != at and other not in done]
+            self.settle(posting, {at: np.ones(len(posting), dtype=np.bool_)}, unknown, done)
+            done.append(at)
+        return done
+
+    def block_priors(self, bounds: BlockBounds) -> Scores:
+        """Per block, the highest prior any of its rows can have now (minus infinity for a
+        block whose timestamps all fall outside `since`..`until`)."""
+        blocks = -(-self.columns.rows // bounds.block)
+        recency = bounds.growth[:blocks] * self.c
+        np.minimum(recency, 1.0, out=recency)
+        recency *= 0.10
+        bound: Scores = recency + bounds.static[:blocks]
+        bound[np.isnan(bound)] = math.inf
+        req = self.passes.req
+        if req.since is not UNSET:
+            bound[bounds.newest[:blocks] < req.since] = -math.inf
+        if req.until is not UNSET:
+            bound[-bounds.oldest[:blocks] >= req.until] = -math.inf
+        return bound
+
+    def blocks(self, bounds: BlockBounds, essential: list[int], full_scan_share: float) -> bool:
+        """Score the rows in no essential posting, block by block, highest bound first (in
+        batches of 1, 2, 4, ... blocks), while a block's bound reaches the k-th score; False
+        when so many blocks still could that scanning every row is cheaper."""
+        others = [at for at in self.present if at not in essential]
+        bound = self.block_priors(bounds) + 0.25 * sum(self.weight(at) for at in others) + SLACK
+        order = np.argsort(-bound, kind="stable")
+        order = order[bound[order] >= self.top.theta]
+        taken, batch = 0, 1
+        while taken < len(order):
+            if taken >= 3:  # after the first batches, the best bounds, have set the k-th score
+                left = np.count_nonzero(bound[order[taken:]] >= self.top.theta)
+                if left * bounds.block > full_scan_share * self.columns.rows:
+                    return False
+            chosen = order[taken : taken + batch]
+            taken += batch
+            batch *= 2
+            chosen = np.sort(chosen[bound[chosen] >= self.top.theta])
+            if len(chosen) == 0:
+                break
+            starts = chosen * bounds.block
+            ends = np.minimum(starts + bounds.block, self.columns.rows)
+            rows = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends, strict=True)])
+            keep = np.ones(len(rows), dtype=np.bool_)
+            for at in essential:
+                keep &= ~in_ranges(self.posting(at), starts, ends)
+            hits = {at: in_ranges(self.posting(at), starts, ends) for at in others}
+            rows = rows[keep]
+            self.settle(rows, {at: hit[keep] for at, hit in hits.items()}, [])
+        return True

@@ -1,0 +1,168 @@
+"""The ranking without a query vector (handlers/topk.py), which skips memories by bounds, returns
+exactly what scoring every memory (recall.rank_all, the reference) returns: the same ids, in the
+same order, with the same scores, for random agents with skewed keywords, many exact ties,
+deletions, rescores, rows appended after the snapshot, and every filter."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from handlers.recall import KeywordMode, rank, rank_all
+from handlers.topk import FAST_FROM, excluded_slots, rank_without_vector
+from handlers.topk_rows import BlockBounds
+from schema.memory import RecallRequest
+from schema.taxonomy import CATEGORIES, SENSITIVITIES
+from worker.recall_index.agent_index import AgentIndex, Row
+
+WEEK = 604_800_000
+NOW = 1_800_000_000_000
+# Zipf-like: the first words are in most memories, the last in few; stems shared by several.
+WORDS = ["time", "cat", "cats", "deploy", "deployed", "deploying", "key", "rotates", "über"]
+WORDS += ["river", "basket", "stone", "a1", "rare", "rarer", "the"]
+ROLES = ["user", "assistant", "system"]
+TAGS = ["red", "green", "blue"]
+SESSIONS = ["s1", "s2", "s3"]
+
+
+def memories(seed: int, count: int) -> list[Row]:
+    """Rows with few distinct timestamps, importances and confidences, so scores tie often."""
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, len(WORDS) + 1)
+    weights /= weights.sum()
+    stamps = [NOW - WEEK, NOW - 2 * WEEK, NOW, NOW - 30 * WEEK]
+    disorder = [0.0, 0.01, 0.05, 0.3][seed % 4]
+    rows: list[Row] = []
+    for n in range(count):
+        words = rng.choice(WORDS, size=int(rng.integers(1, 6)), p=weights)
+        # Mostly in slot order, as memories arrive (so blocks differ in recency), some not.
+        timestamp = int(NOW - (count - n) * (80 * WEEK // count))
+        if rng.random() < disorder:
+            timestamp = stamps[int(rng.integers(len(stamps)))]
+        elif rng.random() < disorder:
+            timestamp = int(NOW - rng.integers(0, 60 * WEEK))
+        importance = (
+            [0.1, 0.5, 0.9, 1.0][int(rng.integers(4))] if rng.random() < 0.7 else rng.random()
+        )
+        confidence = [0.5, 1.0][int(rng.integers(2))]
+        tags = [t for t in TAGS if rng.random() < 0.2]
+        session = None if rng.random() < 0.3 else SESSIONS[int(rng.integers(3))]
+        metadata = (
+            None
+            if rng.random() < 0.5
+            else msgspec.json.encode({"k": int(rng.integers(3))}).decode()
+        )
+        rows.append(
+            (
+                f"m{rng.integers(10**9):09d}-{n}", ROLES[int(rng.integers(3))], session, timestamp,
+                float(importance), float(confidence), None, None, " ".join(words), 0, metadata,
+                int(rng.random() < 0.05), None if rng.random() < 0.8 else "rare basket",
+                CATEGORIES[int(rng.integers(len(CATEGORIES)))],
+                SENSITIVITIES[int(rng.integers(len(SENSITIVITIES)))],
+                msgspec.json.encode(tags).decode() if tags else None,
+            )
+        )  # fmt: skip
+    return rows
+
+
+filters = st.fixed_dictionaries(
+    {},
+    optional={
+        "pinned": st.booleans(),
+        "metadata": st.fixed_dictionaries({"k": st.integers(0, 3)}),
+        "category": st.sampled_from(CATEGORIES),
+        "tags": st.lists(st.sampled_from(TAGS), min_size=1, max_size=2),
+        "maxSensitivity": st.sampled_from(SENSITIVITIES),
+        "since": st.integers(NOW - 40 * WEEK, NOW),
+        "until": st.integers(NOW - 20 * WEEK, NOW + 1),
+        "roles": st.lists(st.sampled_from(ROLES), min_size=1, max_size=2, unique=True),
+        "sessionId": st.sampled_from([*SESSIONS, "nope"]),
+        "minScore": st.floats(0.0, 0.6),
+    },
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    count=st.integers(1, 3000),
+    block=st.sampled_from([1, 7, 64, 256, 4096]),
+    query=st.lists(st.sampled_from([*WORDS, "absent"]), max_size=5).map(" ".join),
+    mode=st.sampled_from(["share", "idf", "stems"]),
+    limit=st.integers(1, 50),
+    chosen=filters,
+    share=st.sampled_from([0.0, 0.05, 1 / 16, 1.0]),
+    data=st.data(),
+)
+def test_skipping_ranking_equals_the_full_scan(
+    seed: int,
+    count: int,
+    block: int,
+    query: str,
+    mode: KeywordMode,
+    limit: int,
+    chosen: dict[str, Any],
+    share: float,
+    data: st.DataObject,
+) -> None:
+    """Same ids, order and scores (exactly, not within rounding) as scoring every memory."""
+    rows = memories(seed, count)
+    index = AgentIndex(anchor_ms=NOW - 3 * WEEK)
+    index.bounds = BlockBounds(block)
+    first = data.draw(st.integers(0, count))
+    index.load(rows[:first])
+    for row in rows[first:]:
+        index.upsert(row)
+    rng = np.random.default_rng(seed + 1)
+    # Rescores (up and down: a lowered maximum leaves a looser bound), deletions, and rewrites
+    # (a deletion, then the memory again in a new slot).
+    for at in rng.choice(count, size=count // 10, replace=True):
+        old = rows[int(at)]
+        moved = int(old[3]) + int(rng.integers(-WEEK, WEEK))
+        index.upsert((*old[:3], moved, float(rng.random()), *old[5:]))
+    for at in rng.choice(count, size=count // 8, replace=False):
+        index.remove(rows[int(at)][0])
+    for at in rng.choice(count, size=count // 20, replace=False):
+        index.remove(rows[int(at)][0])
+        index.upsert(rows[int(at)])
+    snapshot = index.columns()
+    for late in memories(seed + 2, 20):
+        index.upsert(late)
+    request = msgspec.convert(
+        {"agentId": "a", "query": query, "limit": limit, **chosen}, RecallRequest
+    )
+    ids = [row[0] for row in rows]
+    excluded = frozenset(data.draw(st.lists(st.sampled_from(ids), max_size=5)))
+    expected = rank_all(
+        snapshot, request, now=NOW, query_vector=None, keyword_mode=mode, excluded=excluded
+    )
+    ours = rank_without_vector(
+        snapshot,
+        request,
+        now=NOW,
+        keyword_mode=mode,
+        excluded=excluded_slots(snapshot, excluded),
+        bounds=index.bounds,
+        essential_share=share,
+        full_scan_share=math.inf,  # never leave it to the full scan here
+    )
+    assert ours == expected
+
+
+def test_a_large_agent_without_a_query_vector_ranks_as_the_full_scan() -> None:
+    """recall.rank on an agent large enough for handlers/topk.py (default block size and
+    share of essential keywords) answers as the full scan does, in every keyword mode."""
+    index = AgentIndex(anchor_ms=NOW - 3 * WEEK)
+    index.load(memories(4, FAST_FROM + 5000))
+    columns = index.columns()
+    for mode in ("share", "idf", "stems"):
+        for query in ("cat rare", "time", "", "river stone deployed absent"):
+            request = RecallRequest(agent_id="a", query=query, limit=10)
+            expected = rank_all(columns, request, now=NOW, query_vector=None, keyword_mode=mode)
+            found = rank(columns, request, now=NOW, query_vector=None, keyword_mode=mode)
+            assert found == expected and len(found) == 10
