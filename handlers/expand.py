@@ -2,12 +2,14 @@
 
 A conversation's turns share their topic with the turns around them: the answer to a question
 often says "yes, last Friday" and is found only through the turn before it. So the second stage
-takes the formula's best `pool` memories (exact, filters applied, by `rank`) and gives each a
-share of the lead of its strongest neighbour in the pool: neighbours are the `turns` memories
-before and after it in time in the same session, or, for memories without a session, those
-within `SESSIONLESS_GAP_MS` of it (counted among the memories stored near it). The constants
-were chosen by cross-validation on LoCoMo (README "Recall quality and speed"). No database,
-clock or bus: a pure function of the columns and the formula.
+takes the formula's best `pool` memories (exact, filters applied, by `rank`), re-weighs their
+score's keyword term (`keyword` in place of the formula's 0.25: a stage score, not the
+contract's formula, which the `formula` mode keeps) and gives each a share of the lead of its
+strongest neighbour in the pool on that score: neighbours are the `turns` memories before and
+after it in time in the same session, or, for memories without a session, those within
+`SESSIONLESS_GAP_MS` of it (counted among the memories stored near it). The constants were
+chosen by cross-validation on LoCoMo (README "Recall quality and speed"). No database, clock or
+bus: a pure function of the columns and the formula.
 """
 
 from __future__ import annotations
