@@ -2,12 +2,14 @@
 
 A conversation's turns share their topic with the turns around them: the answer to a question
 often says "yes, last Friday" and is found only through the turn before it. So the second stage
-takes the formula's best `pool` memories (exact, filters applied, by `rank`) and gives each a
-share of the lead of its strongest neighbour in the pool: neighbours are the `turns` memories
-before and after it in time in the same session, or, for memories without a session, those
-within `SESSIONLESS_GAP_MS` of it (counted among the memories stored near it). The constants
-were chosen by cross-validation on LoCoMo (README "Recall quality and speed"). No database,
-clock or bus: a pure function of the columns and the formula.
+takes the formula's best `pool` memories (exact, filters applied, by `rank`), re-weighs their
+score's keyword term (`keyword` in place of the formula's 0.25: a stage score, not the
+contract's formula, which the `formula` mode keeps) and gives each a share of the lead of its
+strongest neighbour in the pool on that score: neighbours are the `turns` memories before and
+after it in time in the same session, or, for memories without a session, those within
+`SESSIONLESS_GAP_MS` of it (counted among the memories stored near it). The constants were
+chosen by cross-validation on LoCoMo (README "Recall quality and speed"). No database, clock or
+bus: a pure function of the columns and the formula.
 """
 
 from __future__ import annotations
@@ -20,23 +22,29 @@ import numpy as np
 import numpy.typing as npt
 from msgspec import UNSET
 
-from handlers.recall import Columns, KeywordMode, rank
+from handlers.recall import Columns, KeywordMode, keyword_weights, rank
+from handlers.text import query_keywords
 from handlers.vector_index import EXACT, VectorIndex
 from schema.memory import RecallRequest
 
 # Two memories without a session are neighbours only if stored this close in time: a chat's turns
 # are seconds to minutes apart, while memories an agent saves on different days are not one topic.
 SESSIONLESS_GAP_MS = 3_600_000
+# The keyword term's weight in the contract's formula (handlers/recall.py `scores`).
+FORMULA_KEYWORD_WEIGHT = 0.25
 
 
 @dataclass(frozen=True)
 class Expansion:
     """`lift`: the share of a stronger neighbour's lead a memory takes; `turns`: neighbours on
-    each side; `pool`: how many of the formula's best memories the stage reorders."""
+    each side; `pool`: how many of the formula's best memories the stage reorders; `keyword`:
+    the keyword term's weight in the stage's score (the formula's is 0.25): a conversation's
+    answer often shares a rare word with the question that the model's cosine underrates."""
 
-    lift: float = 0.6
+    lift: float = 0.5
     turns: int = 2
-    pool: int = 300
+    pool: int = 500
+    keyword: float = 0.8
     # Slots searched on each side for the turns: stores sent together commit a few out of order.
     reach: int = 32
 
@@ -78,12 +86,26 @@ def expanded_rank(
     slots = np.array([slot for slot, _, _ in found], dtype=np.int64)
     score = np.array([value for _, _, value in found], dtype=np.float64)
     pool = [(memory_id, value) for _, memory_id, value in found]
+    if expansion.keyword != FORMULA_KEYWORD_WEIGHT:
+        share = keyword_share(columns, req.query, keyword_mode, slots)
+        score += (expansion.keyword - FORMULA_KEYWORD_WEIGHT) * share
     lifted = neighbour_scores(columns, slots, score, expansion)
     timestamp = columns.timestamp[slots]
     # Pool order breaks ties on id (rank's order), so a stable sort on score, then newer, keeps it.
     order = np.lexsort((-timestamp, -lifted))[: req.limit]
     floor = -1.0 if req.min_score is UNSET else req.min_score
     return [(pool[at][0], float(lifted[at])) for at in order.tolist() if lifted[at] >= floor]
+
+
+def keyword_share(
+    columns: Columns, query: str, mode: KeywordMode, slots: npt.NDArray[np.int64]
+) -> npt.NDArray[np.float64]:
+    """Each slot's keyword term before its weight (0 to 1), as the formula counts it."""
+    share = np.zeros(len(slots), dtype=np.float64)
+    for posting, weight in keyword_weights(columns, query_keywords(query), mode):
+        if posting is not None:
+            share[np.isin(slots, posting)] += weight
+    return share
 
 
 def neighbour_scores(

@@ -58,19 +58,54 @@ def test_the_turn_after_a_strong_hit_is_lifted_above_a_newer_turn_of_another_ses
     assert expanded == ["what did you paint last week", "oh a lake at dawn", "the weather was nice"]
 
 
-def test_the_expanded_score_is_the_formula_plus_the_lift_share_of_the_neighbours_lead(
+def test_the_expanded_score_is_the_stage_score_plus_the_lift_share_of_the_neighbours_lead(
     conn: apsw.Connection,
 ) -> None:
+    """The stage's score is the formula's with the keyword term weighed `keyword` instead of
+    0.25; the answer, matching no keyword, takes `lift` of the hit's lead over it."""
     hit = turn(conn, "what did you paint last week", 0, "s1")
     answer = turn(conn, "oh a lake at dawn", SECOND, "s1")
     req = RecallRequest(agent_id="a", query="paint")
     found = columns(conn, "a")
     formula = dict(rank(found, req, now=NOW, query_vector=None))
     expanded = dict(expanded_rank(found, req, now=NOW, query_vector=None))
-    lift = Expansion().lift
-    assert expanded[hit] == formula[hit]
+    lift, keyword = Expansion().lift, Expansion().keyword
+    stage_hit = formula[hit] + (keyword - 0.25) * 1.0  # the one keyword matched: share 1
+    assert expanded[hit] == pytest.approx(stage_hit, abs=1e-12)
     assert expanded[answer] == pytest.approx(
-        formula[answer] + lift * (formula[hit] - formula[answer]), abs=1e-12
+        formula[answer] + lift * (stage_hit - formula[answer]), abs=1e-12
+    )
+
+
+def test_at_the_formulas_keyword_weight_the_stage_score_is_the_formulas(
+    conn: apsw.Connection,
+) -> None:
+    hit = turn(conn, "what did you paint last week", 0, "s1")
+    other = turn(conn, "the weather was nice", 10 * SECOND, "s2")
+    req = RecallRequest(agent_id="a", query="paint weather")
+    found = columns(conn, "a")
+    formula = dict(rank(found, req, now=NOW, query_vector=None))
+    same = dict(
+        expanded_rank(found, req, now=NOW, query_vector=None, expansion=Expansion(keyword=0.25))
+    )
+    assert same == {hit: formula[hit], other: formula[other]}
+
+
+def test_a_heavier_keyword_term_puts_an_old_partial_match_above_a_recent_memory(
+    conn: apsw.Connection,
+) -> None:
+    """One of four keywords (share 0.25) weighs 0.0625 in the formula, less than a recent
+    memory's recency (about 0.09); at the default weight 0.8 it weighs 0.2 and wins."""
+    old = turn(conn, "a lake far away", -10 * 7 * 24 * HOUR, "s1")
+    recent = turn(conn, "the weather was nice", 0, "s2")
+    req = RecallRequest(agent_id="a", query="paint lake heron reeds")
+    found = columns(conn, "a")
+    assert [i for i, _ in rank(found, req, now=NOW, query_vector=None)] == [recent, old]
+    expanded = expanded_rank(found, req, now=NOW, query_vector=None)
+    assert [i for i, _ in expanded] == [old, recent]
+    formula = dict(rank(found, req, now=NOW, query_vector=None))
+    assert dict(expanded)[old] == pytest.approx(
+        formula[old] + 0.25 * (Expansion().keyword - 0.25), abs=1e-12
     )
 
 
