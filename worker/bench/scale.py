@@ -83,7 +83,7 @@ async def measure_start(
 async def measure_scale(
     url: str, base_env: dict[str, str], sizes: list[int], *, recalls: int
 ) -> list[dict[str, Any]]:
-    queries = Texts(seed=99).many(max(recalls, 1200), 3, 6)
+    queries = Texts(seed=99).many(4 * recalls, 3, 6)  # all of them 16 at a time
     results = []
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="memory-scale-") as scratch:
