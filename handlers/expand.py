@@ -14,7 +14,6 @@ bus: a pure function of the columns and the formula.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -22,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 from msgspec import UNSET
 
-from handlers.recall import Columns, KeywordMode, keyword_weights, rank
+from handlers.recall import Columns, KeywordMode, keyword_weights, rank_rows
 from handlers.text import query_keywords
 from handlers.vector_index import EXACT, VectorIndex
 from schema.memory import RecallRequest
@@ -57,17 +56,14 @@ def expanded_rank(
     query_vector: tuple[str, npt.NDArray[np.float32]] | None,
     keyword_mode: KeywordMode = "share",
     excluded: set[str] | frozenset[str] = frozenset(),
-    slot_of: Callable[[str], int | None],
     expansion: Expansion = Expansion(),
     vector_index: VectorIndex = EXACT,
 ) -> list[tuple[str, float]]:
     """The top `limit` as (id, expanded score), the score then newer timestamp (ties keep the
     formula's order); the formula's filters hold (only memories that pass them take part) and
-    `minScore` applies to the expanded score. `slot_of` gives a memory's slot in the columns
-    (None: deleted since), as the index keeps it: a scan of the ids would cost a recall more
-    than its ranking."""
+    `minScore` applies to the expanded score."""
     wide = msgspec.structs.replace(req, limit=max(req.limit, expansion.pool), min_score=UNSET)
-    pool = rank(
+    found = rank_rows(
         columns,
         wide,
         now=now,
@@ -76,16 +72,10 @@ def expanded_rank(
         excluded=excluded,
         vector_index=vector_index,
     )
-    found = [
-        (slot, memory_id, value)
-        for memory_id, value in pool
-        if (slot := slot_of(memory_id)) is not None
-    ]
     if not found:
         return []
-    slots = np.array([slot for slot, _, _ in found], dtype=np.int64)
-    score = np.array([value for _, _, value in found], dtype=np.float64)
-    pool = [(memory_id, value) for _, memory_id, value in found]
+    slots = np.array([slot for slot, _ in found], dtype=np.int64)
+    score = np.array([value for _, value in found], dtype=np.float64)
     if expansion.keyword != FORMULA_KEYWORD_WEIGHT:
         share = keyword_share(columns, req.query, keyword_mode, slots)
         score += (expansion.keyword - FORMULA_KEYWORD_WEIGHT) * share
@@ -94,7 +84,11 @@ def expanded_rank(
     # Pool order breaks ties on id (rank's order), so a stable sort on score, then newer, keeps it.
     order = np.lexsort((-timestamp, -lifted))[: req.limit]
     floor = -1.0 if req.min_score is UNSET else req.min_score
-    return [(pool[at][0], float(lifted[at])) for at in order.tolist() if lifted[at] >= floor]
+    return [
+        (columns.ids[int(slots[at])], float(lifted[at]))
+        for at in order.tolist()
+        if lifted[at] >= floor
+    ]
 
 
 def keyword_share(

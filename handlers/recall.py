@@ -36,6 +36,8 @@ WEEK_MS = 604_800_000.0
 CORE = "pinned = 1 OR recall_policy = 'always'"
 ROLE_CODES = {"user": 0, "assistant": 1, "system": 2}
 KeywordMode = Literal["share", "idf", "stems"]
+# A ranking: (slot in the columns, score), best first; `ids_of` names them.
+Ranked = list[tuple[int, float]]
 
 
 # Rows of a posting: int32 in the recall index (worker/recall_index/postings.py).
@@ -210,6 +212,29 @@ def rank(
     excluded: set[str] | frozenset[str] = frozenset(),
     vector_index: VectorIndex = EXACT,
 ) -> list[tuple[str, float]]:
+    """`rank_rows` as (id, score)."""
+    found = rank_rows(
+        columns,
+        req,
+        now=now,
+        query_vector=query_vector,
+        keyword_mode=keyword_mode,
+        excluded=excluded,
+        vector_index=vector_index,
+    )
+    return ids_of(columns, found)
+
+
+def rank_rows(
+    columns: Columns,
+    req: RecallRequest,
+    *,
+    now: int,
+    query_vector: tuple[str, npt.NDArray[np.float32]] | None,
+    keyword_mode: KeywordMode = "share",
+    excluded: set[str] | frozenset[str] = frozenset(),
+    vector_index: VectorIndex = EXACT,
+) -> Ranked:
     """The exact top `limit` as (id, score): score, then newer timestamp, then ascending id,
     over the memories that pass the filters (all on the columns); `excluded` holds the ids left
     out (the pinned memories returned apart). `minScore` drops what ranks below it. Where
@@ -263,7 +288,7 @@ def rank_all(
     keyword_mode: KeywordMode = "share",
     excluded: set[str] | frozenset[str] = frozenset(),
     vector_index: VectorIndex = EXACT,
-) -> list[tuple[str, float]]:
+) -> Ranked:
     """`rank` by scoring every memory of the agent that passes the filters (with the codes, of
     a shortlist of them)."""
     rows = columns.rows
@@ -311,7 +336,7 @@ def top_of(
     candidates: npt.NDArray[np.int64],
     score: npt.NDArray[np.float64],
     req: RecallRequest,
-) -> list[tuple[str, float]]:
+) -> Ranked:
     """The first `limit` of the candidates (slots) by score, newer timestamp, then ascending
     id, without those below `minScore`."""
     if len(candidates) > req.limit:
@@ -325,10 +350,24 @@ def top_of(
         last = order[req.limit - 1]
         tied = (score[order] == score[last]) & (timestamp[order] == timestamp[last])
         order = order[: max(req.limit, int(np.flatnonzero(tied)[-1]) + 1)]
-    found = [(float(score[i]), int(timestamp[i]), columns.ids[int(candidates[i])]) for i in order]
-    found.sort(key=lambda item: (-item[0], -item[1], item[2]))
+    slots = candidates[order].tolist()
+    ordered = score[order]
+    tied = (ordered[1:] == ordered[:-1]) & (timestamp[order][1:] == timestamp[order][:-1])
+    if tied.any():  # runs equal on score and timestamp go by ascending id
+        start = 0
+        for end in [*(np.flatnonzero(~tied) + 1).tolist(), len(slots)]:
+            if end - start > 1:
+                slots[start:end] = sorted(slots[start:end], key=lambda at: columns.ids[at])
+            start = end
     floor = -1.0 if req.min_score is UNSET else req.min_score
-    return [(memory_id, value) for value, _, memory_id in found[: req.limit] if value >= floor]
+    values = ordered.tolist()
+    kept = zip(slots[: req.limit], values[: req.limit], strict=True)
+    return [(slot, value) for slot, value in kept if value >= floor]
+
+
+def ids_of(columns: Columns, ranked: Ranked) -> list[tuple[str, float]]:
+    """The ranking as (memory id, score)."""
+    return [(columns.ids[slot], score) for slot, score in ranked]
 
 
 def approximate(

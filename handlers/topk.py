@@ -113,7 +113,7 @@ def rank_without_vector(
     bounds: BlockBounds,
     essential_share: float = ESSENTIAL_SHARE,
     full_scan_share: float = FULL_SCAN_SHARE,
-) -> list[tuple[str, float]] | None:
+) -> recall.Ranked | None:
     """`recall.rank`'s answer without a query vector (`excluded`: the slots left out), or None
     when the bounds leave so many memories in play that `recall.rank_all` is faster."""
     if columns.rows == 0:

@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers.recall import KeywordMode, rank, rank_all
+from handlers.recall import KeywordMode, ids_of, rank, rank_all
 from handlers.topk import FAST_FROM, excluded_slots, rank_without_vector
 from handlers.topk_rows import BlockBounds
 from schema.memory import RecallRequest
@@ -163,6 +163,7 @@ def test_a_large_agent_without_a_query_vector_ranks_as_the_full_scan() -> None:
     for mode in ("share", "idf", "stems"):
         for query in ("cat rare", "time", "", "river stone deployed absent"):
             request = RecallRequest(agent_id="a", query=query, limit=10)
-            expected = rank_all(columns, request, now=NOW, query_vector=None, keyword_mode=mode)
+            everything = rank_all(columns, request, now=NOW, query_vector=None, keyword_mode=mode)
+            expected = ids_of(columns, everything)
             found = rank(columns, request, now=NOW, query_vector=None, keyword_mode=mode)
             assert found == expected and len(found) == 10

@@ -82,7 +82,6 @@ def _recall(
             query_vector=query_vector,
             keyword_mode=s.keyword_mode,
             excluded=excluded,
-            slot_of=found.slot_of,
             vector_index=vector_index,
         )
     else:

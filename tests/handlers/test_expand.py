@@ -23,9 +23,8 @@ HOUR = 3_600_000
 def expanded_rank(
     columns: Columns, req: RecallRequest, **options: object
 ) -> list[tuple[str, float]]:
-    """The expanded ranking with the slots looked up as the index does (worker Snapshot)."""
-    slots = {columns.ids[row]: row for row in range(columns.rows)}
-    return expanded_rank_of(columns, req, slot_of=slots.get, **options)  # type: ignore[arg-type]
+    """The expanded ranking, with `now` and the rest as keywords."""
+    return expanded_rank_of(columns, req, **options)  # type: ignore[arg-type]
 
 
 def both(conn: apsw.Connection, query: str, **fields: object) -> tuple[list[str], list[str]]:
