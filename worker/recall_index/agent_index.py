@@ -93,6 +93,9 @@ class AgentIndex:
         self.live_count = 0
         # The change log position this index is complete through (None: unknown).
         self.complete: Mark | None = None
+        # Rows below this may be in the agent's snapshot on disk (a removal of one is
+        # rewritten out of it: worker/recall_index/saver.py).
+        self.disk_rows = 0
 
     def column(self, name: str) -> np.ndarray:
         found: np.ndarray = getattr(self, name)
@@ -223,13 +226,16 @@ class AgentIndex:
                 self.access[at] = counts[memory_id] = count + 1
         return counts
 
-    def remove(self, memory_id: str) -> None:
+    def remove(self, memory_id: str) -> bool:
+        """Mask the memory's row; whether that row may be on disk (see `disk_rows`)."""
         at = self.slot_of(memory_id)
-        if at is not None:
-            self.column("live")[at] = False
-            self.access.pop(at, None)
-            self.dead += 1
-            self.live_count -= 1
+        if at is None:
+            return False
+        self.column("live")[at] = False
+        self.access.pop(at, None)
+        self.dead += 1
+        self.live_count -= 1
+        return at < self.disk_rows
 
     def columns(self) -> Columns:
         """A snapshot to rank without the lock: appends after it lie beyond its `rows`; rows

@@ -140,7 +140,9 @@ class MemoryIndex:
         self._reader: ChangeReader | None = None
         self._commits = 0
         self._store = None if cache_dir is None else Store(cache_dir)
-        self._saver = None if self._store is None else Saver(self._store, self._freeze)
+        self._saver = (
+            None if self._store is None else Saver(self._store, self._freeze, self._freeze_cold)
+        )
         # On the event loop only: loads that recalls of one agent await together.
         self._shared_loads: dict[AgentKey, asyncio.Future[AgentIndex]] = {}
 
@@ -197,14 +199,16 @@ class MemoryIndex:
     def _load(self, key: AgentKey, pending: _Load, *, fragmented: bool) -> AgentIndex:
         conn = self._open_reader()
         try:
-            loaded = None if fragmented else self._open_persisted(key, conn)
-            from_disk = loaded is not None
-            if loaded is None:
-                loaded = self._read_rows(key, conn)
+            opened = None if fragmented else self._open_persisted(key, conn)
+            from_disk = opened is not None
+            if opened is None:
+                loaded, removed = self._read_rows(key, conn), False
+            else:
+                loaded, removed = opened
             with self._lock:
                 # Once per memory: the replay reads its row as it is now, whatever the changes.
                 for memory_id, op in collapse(pending.changes).items():
-                    _apply_one(conn, key, loaded, memory_id, op)
+                    removed |= _apply_one(conn, key, loaded, memory_id, op)
                 if self._reader is not None and loaded.complete is not None:
                     loaded.complete = later(loaded.complete, self._reader.mark)
                 if pending.generation == self._generation:
@@ -212,6 +216,8 @@ class MemoryIndex:
                     self._shrink(keep=key)
                     if self._saver is not None and loaded.complete is not None:
                         self._saver.loaded(key, from_disk=from_disk)
+            if removed and self._saver is not None:
+                self._saver.removed(key)
             return loaded
         finally:
             conn.close()
@@ -228,11 +234,16 @@ class MemoryIndex:
                     key,
                 )
             )
+        if self._store is not None and self._store.maybe_has(key):
+            loaded.disk_rows = len(loaded.ids)  # an older snapshot may hold any of them
         return loaded
 
-    def _open_persisted(self, key: AgentKey, conn: apsw.Connection) -> AgentIndex | None:
-        """The agent's snapshot caught up with the change log; None (and the snapshot dropped
-        when it is damaged or cannot be caught up) to load from SQLite instead."""
+    def _open_persisted(
+        self, key: AgentKey, conn: apsw.Connection
+    ) -> tuple[AgentIndex, bool] | None:
+        """The agent's snapshot caught up with the change log, and whether the catch-up removed
+        a row it holds; None (and the snapshot dropped when it is damaged or cannot be caught
+        up) to load from SQLite instead."""
         if self._store is None:
             return None
         try:
@@ -240,12 +251,13 @@ class MemoryIndex:
             if found is None:
                 return None
             loaded, mark = found
+            removed = False
             with conn:  # one read transaction: the changes and the rows they name
                 changes = changes_since(conn, key, mark)
                 for memory_id, op in collapse(changes).items():
-                    _apply_one(conn, key, loaded, memory_id, op)
+                    removed |= _apply_one(conn, key, loaded, memory_id, op)
                 loaded.complete = last_mark(conn)
-            return loaded
+            return loaded, removed
         except (LogGap, ValueError, OSError, KeyError, TypeError) as error:
             log.warning("index.snapshot_unusable", error=f"{type(error).__name__}: {error}")
             self._store.drop(key)
@@ -256,7 +268,21 @@ class MemoryIndex:
             found = self._agents.get(key)
             if found is None or found.complete is None:
                 return None
-            return freeze(key, found, found.complete)
+            frozen = freeze(key, found, found.complete)
+            found.disk_rows = max(found.disk_rows, frozen.rows)
+            return frozen
+
+    def _freeze_cold(self, key: AgentKey) -> Frozen | None:
+        """An agent that is not loaded, from its snapshot caught up (on the saver's thread, on
+        a connection of its own); None when it has none that can be used."""
+        conn = self._open_reader()
+        try:
+            opened = self._open_persisted(key, conn)
+            if opened is None or opened[0].complete is None:
+                return None
+            return freeze(key, opened[0], opened[0].complete)
+        finally:
+            conn.close()
 
     def _shrink(self, keep: AgentKey) -> None:
         total = sum(index.nbytes() for index in self._agents.values())
@@ -336,6 +362,7 @@ class MemoryIndex:
         """Apply ((tenant, agent), memory id, op) changes committed on conn to the loaded agents,
         and keep them for the agents being loaded."""
         counts: dict[AgentKey, int] = {}
+        removed: set[AgentKey] = set()
         with self._lock:
             for key, memory_id, op in changes:
                 pending = self._loading.get(key)
@@ -343,8 +370,11 @@ class MemoryIndex:
                     pending.changes.append((memory_id, op))
                 index = self._agents.get(key)
                 if index is not None:
-                    _apply_one(conn, key, index, memory_id, op)
+                    if _apply_one(conn, key, index, memory_id, op):
+                        removed.add(key)
                     counts[key] = counts.get(key, 0) + 1
+                elif pending is None and self._gone_from_cold(conn, key, memory_id, op):
+                    removed.add(key)
             if self._reader is not None:
                 for index in self._agents.values():
                     if index.complete is not None:
@@ -352,6 +382,23 @@ class MemoryIndex:
         if self._saver is not None:
             for key, count in counts.items():
                 self._saver.changed(key, count)
+            for key in removed:
+                self._saver.removed(key)
+
+    def _gone_from_cold(
+        self, conn: apsw.Connection, key: AgentKey, memory_id: str, op: str
+    ) -> bool:
+        """Whether a change of an agent that is not loaded removed a row its snapshot on disk
+        may hold: re-indexed, or no longer recallable as this agent's."""
+        if self._store is None or not self._store.maybe_has(key):
+            return False
+        if op != "upsert":
+            return True
+        found = conn.execute(
+            f"SELECT 1 FROM memories WHERE id = ? AND tenant = ? AND agent_id = ?{RECALLABLE}",
+            (memory_id, *key),
+        ).fetchone()
+        return found is None
 
 
 def later(one: Mark, other: Mark) -> Mark:
@@ -369,17 +416,19 @@ def collapse(changes: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 def _apply_one(
     conn: apsw.Connection, key: AgentKey, index: AgentIndex, memory_id: str, op: str
-) -> None:
+) -> bool:
     """Bring one memory of the agent's index to its row as conn now reads it (absent, or no
-    longer this tenant's agent's: removed), so that an index never holds another's memory."""
+    longer this tenant's agent's: removed), so that an index never holds another's memory;
+    whether a row that may be on disk was removed (`AgentIndex.remove`)."""
+    removed = False
     if op in ("delete", "readd"):
-        index.remove(memory_id)
+        removed = index.remove(memory_id)
         if op == "delete":
-            return
+            return removed
     row = conn.execute(
         ROW_SQL + f" WHERE id = ? AND tenant = ? AND agent_id = ?{RECALLABLE}", (memory_id, *key)
     ).fetchone()
     if row is None:
-        index.remove(memory_id)
-    else:
-        index.upsert(row)
+        return index.remove(memory_id) or removed
+    index.upsert(row)
+    return removed
