@@ -65,10 +65,10 @@ class Saver:
         self._thread.start()
 
     def loaded(self, key: AgentKey, *, from_disk: bool) -> None:
+        """Loaded from SQLite: written at the next check (within CHECK_S), not at once, so that
+        the writing does not compete with the recall that waited for the load."""
         with self._guard:
             self._unsaved[key] = 0 if from_disk else SAVE_AFTER
-        if not from_disk:
-            self._wake.set()
 
     def changed(self, key: AgentKey, count: int) -> None:
         with self._guard:
