@@ -23,7 +23,8 @@ from worker.app import App
 from worker.db import migrate, open_db
 from worker.readers import Readers
 from worker.recall_index.changes import ChangeReader
-from worker.recall_index.index import MemoryIndex, Snapshot
+from worker.recall_index.index import MemoryIndex
+from worker.recall_index.view import Snapshot
 
 
 def filled_db(path: Path, agents: tuple[str, ...], count: int) -> apsw.Connection:

@@ -124,7 +124,9 @@ def test_a_truncated_or_garbled_snapshot_is_rebuilt_from_sqlite_never_trusted(
     expected = fresh(path, writer)
     for damage in ("truncate", "garble", "meta"):
         saved(path, writer)
-        [snapshot] = Path(f"{path}.index").glob("*-*")
+        # Only finished snapshots (a temporary directory starts with a dot); none is being
+        # written now: the previous round's index was closed, its saver thread joined.
+        [snapshot] = Path(f"{path}.index").glob("[!.]*-*")
         if damage == "truncate":
             with open(snapshot / "postings.values.npy", "r+b") as file:
                 file.truncate(200)
@@ -139,6 +141,7 @@ def test_a_truncated_or_garbled_snapshot_is_rebuilt_from_sqlite_never_trusted(
         assert not opened_from_disk(reopened), damage
         assert answers(reopened) == expected, damage
         assert not snapshot.exists(), damage
+        reopened.close()  # its saver rewrites the snapshot it loaded from SQLite: wait for it
 
 
 def test_a_snapshot_whose_changes_were_trimmed_off_the_log_is_rebuilt(tmp_path: Path) -> None:

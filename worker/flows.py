@@ -38,7 +38,7 @@ from schema.stats import JobFigures, SanitizerFigures, StatsReply, StatsRequest,
 from worker.db import DAMAGED
 from worker.embedders import Vector
 from worker.maintenance import run_figures
-from worker.recall_index.index import Snapshot
+from worker.recall_index.view import Snapshot
 from worker.services import Services
 from worker.storing import STORE, prepare_store
 from worker.writes import Write, commit, seeded_ids

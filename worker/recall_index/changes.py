@@ -15,6 +15,7 @@ long ago it was written.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import apsw
@@ -27,13 +28,21 @@ TRIM_BATCH = 20_000
 Change = tuple[AgentKey, str, str]  # ((tenant, agent), memory id, "upsert" | "readd")
 
 
+def tag_of(memory_id: str) -> str:
+    """A digest of the memory id logged at a position: it tells one file's log from another's
+    as well as the id, and a snapshot that records it holds nothing of a memory removed since
+    (the id is never written beside the database)."""
+    return hashlib.blake2b(memory_id.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
+
 @dataclass(frozen=True)
 class Mark:
-    """A position in the log: its sequence and the id of the memory logged there, which tells
-    this file's log from that of another file (a restored copy) that reached the same number."""
+    """A position in the log: its sequence and the `tag_of` the memory logged there, which
+    tells this file's log from that of another file (a restored copy) that reached the same
+    number."""
 
     seq: int
-    memory_id: str
+    tag: str
 
     def holds(self, conn: apsw.Connection) -> bool:
         """Whether conn's log is the one this mark was taken in (still holds the same entry)."""
@@ -42,14 +51,14 @@ class Mark:
         found = conn.execute(
             "SELECT memory_id FROM memory_changes WHERE seq = ?", (self.seq,)
         ).fetchone()
-        return found is not None and found[0] == self.memory_id
+        return found is not None and tag_of(str(found[0])) == self.tag
 
 
 def last_mark(conn: apsw.Connection) -> Mark:
     found = conn.execute(
         "SELECT seq, memory_id FROM memory_changes ORDER BY seq DESC LIMIT 1"
     ).fetchone()
-    return Mark(0, "") if found is None else Mark(int(found[0]), str(found[1]))
+    return Mark(0, "") if found is None else Mark(int(found[0]), tag_of(str(found[1])))
 
 
 def _op(readd: int) -> str:
@@ -73,11 +82,11 @@ class ChangeReader:
         if self.mark.seq > 0 and (not rows or rows[0][0] != self.mark.seq):
             raise LogGap(f"the change log no longer holds sequence {self.mark.seq}")
         if self.mark.seq > 0:
-            if rows[0][3] != self.mark.memory_id:
+            if tag_of(str(rows[0][3])) != self.mark.tag:
                 raise LogGap("the change log is another file's")
             rows = rows[1:]
         if rows:
-            self.mark = Mark(int(rows[-1][0]), str(rows[-1][3]))  # type: ignore[arg-type]
+            self.mark = Mark(int(rows[-1][0]), tag_of(str(rows[-1][3])))  # type: ignore[arg-type]
         return [((str(t), str(a)), str(i), _op(int(r))) for _, t, a, i, r in rows]  # type: ignore[arg-type]
 
 

@@ -1,14 +1,15 @@
 """Per-agent scoring columns kept in memory, in step with every committed write.
 
-The writer connection carries temporary triggers that log which memories a transaction inserted,
-deleted or re-scored; after each commit the writer applies that log here. Recall then ranks an
+Triggers on `memories` log which memories each transaction inserted, deleted, re-scored or
+re-indexed; after each commit the writer applies what the log gained here. Recall then ranks an
 agent without touching SQLite. Agents load on first use and leave, least recently used first,
 when the index outgrows its memory budget. An agent is a (tenant, agentId) pair everywhere here,
 so that agent `a1` of two tenants is two indexes that share nothing (contract section 15).
 
 A load reads the agent's persisted snapshot (worker/recall_index/persist.py) and replays the
 agent's changes since, or, when there is none it can trust, the agent's rows from SQLite (then
-a snapshot is written in the background: worker/recall_index/saver.py). It runs without holding
+a snapshot is written in the background: worker/recall_index/saver.py); how is
+worker/recall_index/loading.py, when and under which lock is here. It runs without holding
 the lock (a large agent takes seconds from SQLite, and the writer applies every commit under the
 lock, so holding it would stall every write and every other recall). Changes applied while the
 load runs are kept and replayed onto the loaded index under the lock before it is installed: a
@@ -37,17 +38,15 @@ from typing import TypeVar
 import apsw
 import structlog
 
-from handlers.recall import Columns
 from worker.readers import Readers
-from worker.recall_index.agent_index import ROW_SQL, AgentIndex, AgentKey
-from worker.recall_index.changes import ChangeReader, LogGap, Mark, changes_since, last_mark, trim
+from worker.recall_index.agent_index import AgentIndex, AgentKey
+from worker.recall_index.changes import ChangeReader, LogGap, trim
+from worker.recall_index.loading import Loader, apply_one, collapse, later
 from worker.recall_index.persist import Frozen, Store, freeze
 from worker.recall_index.saver import Saver
+from worker.recall_index.view import Snapshot
 
 log = structlog.get_logger()
-# A forgotten memory (contract section 12), or one whose recall policy is `never` (section 13),
-# is never recalled: not loaded, dropped once forgotten, back once restored.
-RECALLABLE = " AND forgotten_at IS NULL AND recall_policy != 'never'"
 T = TypeVar("T")
 
 # Commits between trims of the change log.
@@ -62,61 +61,6 @@ class _Load:
     changes: list[tuple[str, str]] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     result: AgentIndex | None = None
-
-
-class Snapshot:
-    """One agent's columns to rank on a reader thread without the lock, and the handle that counts
-    the accesses of what the ranking returned.
-
-    It shares the columns with the writer rather than copying them. Copying the columns a
-    rescore writes in place (live, timestamp, static, growth, has_vector) on each recall raised
-    the bench's recall p50 at 100000 memories from 2.1 to 2.3 ms (the copy alone: 0.5 ms), and
-    would still leave the vectors, which a re-embedding overwrites in place too and which take
-    about 28 ms to copy. So it guarantees this much, and no more:
-    - memories stored after it lie beyond `columns.rows`: a ranking never sees them;
-    - a memory it holds may be rescored, re-embedded or deleted by a commit that the writer
-      applies while the ranking runs; the ranking may then read that memory's old values, its
-      new ones, or a mix of both (an old static part with a new recency, a vector half
-      overwritten), so its score may be that of neither version;
-    - a memory deleted meanwhile may still be ranked but is never returned (`count_access`
-      skips what the index no longer holds, and the rows come from SQLite), so the reply may
-      then hold fewer than `limit` memories.
-    Only memories whose rows change during that very recall are affected.
-    """
-
-    __slots__ = ("_agent", "_key", "_lock", "columns")
-
-    def __init__(
-        self, columns: Columns, agent: AgentIndex, lock: threading.RLock, key: AgentKey
-    ) -> None:
-        self.columns = columns
-        self._agent = agent
-        self._lock = lock
-        self._key = key
-
-    def count_access(self, conn: apsw.Connection, memory_ids: list[str]) -> dict[str, int]:
-        """Count one access of each memory in the index; their counts after it. A count not
-        held yet is read from conn first (outside the lock)."""
-        with self._lock:
-            unknown = self._agent.unknown_access(memory_ids)
-        stored: dict[str, int] = {}
-        if unknown:
-            marks = ",".join("?" * len(unknown))
-            stored = dict(
-                conn.execute(
-                    f"SELECT id, access_count FROM memories WHERE +tenant = ? AND +agent_id = ? "
-                    f"AND id IN ({marks})",
-                    (*self._key, *unknown),
-                )
-            )
-        with self._lock:
-            return self._agent.count_access(memory_ids, stored)
-
-    def slot_of(self, memory_id: str) -> int | None:
-        """The memory's slot in `columns` (None: not in the index), for recall's expanded mode:
-        slots never move; the lookup's tail grows under the lock."""
-        with self._lock:
-            return self._agent.slot_of(memory_id)
 
 
 class MemoryIndex:
@@ -134,10 +78,8 @@ class MemoryIndex:
         (`open_reader`, by default `readers.fresh`), closed when the load is done. With a
         `cache_dir`, agents are persisted there (`attach` starts the saver). With `codes` each
         agent keeps its vectors' sign codes too (handlers/vector_index.py)."""
-        self._codes = codes
         self._readers = readers
         self._open_reader = open_reader or readers.fresh
-        self._clock = clock
         self._max_bytes = max_bytes
         self._agents: OrderedDict[AgentKey, AgentIndex] = OrderedDict()
         self._loading: dict[AgentKey, _Load] = {}
@@ -149,7 +91,12 @@ class MemoryIndex:
         self._reader: ChangeReader | None = None
         self._commits = 0
         self._store = None if cache_dir is None else Store(cache_dir)
-        self._saver = None if self._store is None else Saver(self._store, self._freeze)
+        self._loader = Loader(self._store, clock, self._open_reader, codes=codes)
+        self._saver = (
+            None
+            if self._store is None
+            else Saver(self._store, self._freeze, self._loader.frozen_cold)
+        )
         # On the event loop only: loads that recalls of one agent await together.
         self._shared_loads: dict[AgentKey, asyncio.Future[AgentIndex]] = {}
 
@@ -206,14 +153,16 @@ class MemoryIndex:
     def _load(self, key: AgentKey, pending: _Load, *, fragmented: bool) -> AgentIndex:
         conn = self._open_reader()
         try:
-            loaded = None if fragmented else self._open_persisted(key, conn)
-            from_disk = loaded is not None
-            if loaded is None:
-                loaded = self._read_rows(key, conn)
+            opened = None if fragmented else self._loader.open_persisted(key, conn)
+            from_disk = opened is not None
+            if opened is None:
+                loaded, removed = self._loader.read_rows(key, conn), False
+            else:
+                loaded, removed = opened
             with self._lock:
                 # Once per memory: the replay reads its row as it is now, whatever the changes.
                 for memory_id, op in collapse(pending.changes).items():
-                    _apply_one(conn, key, loaded, memory_id, op)
+                    removed |= apply_one(conn, key, loaded, memory_id, op)
                 if self._reader is not None and loaded.complete is not None:
                     loaded.complete = later(loaded.complete, self._reader.mark)
                 if pending.generation == self._generation:
@@ -221,54 +170,20 @@ class MemoryIndex:
                     self._shrink(keep=key)
                     if self._saver is not None and loaded.complete is not None:
                         self._saver.loaded(key, from_disk=from_disk)
+            if removed and self._saver is not None:
+                self._saver.removed(key)
             return loaded
         finally:
             conn.close()
-
-    def _read_rows(self, key: AgentKey, conn: apsw.Connection) -> AgentIndex:
-        """The agent from SQLite, in one read transaction begun after `pending` was registered,
-        and the change log's position in it."""
-        loaded = AgentIndex(anchor_ms=self._clock(), codes=self._codes)
-        with conn:
-            loaded.complete = last_mark(conn) if self._store is not None else None
-            loaded.load(
-                conn.execute(
-                    f"{ROW_SQL} WHERE tenant = ? AND agent_id = ?{RECALLABLE} ORDER BY rowid",
-                    key,
-                )
-            )
-        return loaded
-
-    def _open_persisted(self, key: AgentKey, conn: apsw.Connection) -> AgentIndex | None:
-        """The agent's snapshot caught up with the change log; None (and the snapshot dropped
-        when it is damaged or cannot be caught up) to load from SQLite instead."""
-        if self._store is None:
-            return None
-        try:
-            found = self._store.open(key)
-            if found is None:
-                return None
-            loaded, mark = found
-            if self._codes:  # made from the mapped vectors: codes are not persisted
-                loaded.keep_codes()
-            loaded.rebuild_bounds()  # nor are the prior's bounds: one pass over two columns
-            with conn:  # one read transaction: the changes and the rows they name
-                changes = changes_since(conn, key, mark)
-                for memory_id, op in collapse(changes).items():
-                    _apply_one(conn, key, loaded, memory_id, op)
-                loaded.complete = last_mark(conn)
-            return loaded
-        except (LogGap, ValueError, OSError, KeyError, TypeError) as error:
-            log.warning("index.snapshot_unusable", error=f"{type(error).__name__}: {error}")
-            self._store.drop(key)
-            return None
 
     def _freeze(self, key: AgentKey) -> Frozen | None:
         with self._lock:
             found = self._agents.get(key)
             if found is None or found.complete is None:
                 return None
-            return freeze(key, found, found.complete)
+            frozen = freeze(key, found, found.complete)
+            found.disk_rows = max(found.disk_rows, frozen.rows)
+            return frozen
 
     def _shrink(self, keep: AgentKey) -> None:
         total = sum(index.nbytes() for index in self._agents.values())
@@ -348,6 +263,7 @@ class MemoryIndex:
         """Apply ((tenant, agent), memory id, op) changes committed on conn to the loaded agents,
         and keep them for the agents being loaded."""
         counts: dict[AgentKey, int] = {}
+        removed: set[AgentKey] = set()
         with self._lock:
             for key, memory_id, op in changes:
                 pending = self._loading.get(key)
@@ -355,8 +271,11 @@ class MemoryIndex:
                     pending.changes.append((memory_id, op))
                 index = self._agents.get(key)
                 if index is not None:
-                    _apply_one(conn, key, index, memory_id, op)
+                    if apply_one(conn, key, index, memory_id, op):
+                        removed.add(key)
                     counts[key] = counts.get(key, 0) + 1
+                elif pending is None and self._loader.gone_from_cold(conn, key, memory_id, op):
+                    removed.add(key)
             if self._reader is not None:
                 for index in self._agents.values():
                     if index.complete is not None:
@@ -364,34 +283,5 @@ class MemoryIndex:
         if self._saver is not None:
             for key, count in counts.items():
                 self._saver.changed(key, count)
-
-
-def later(one: Mark, other: Mark) -> Mark:
-    return one if one.seq >= other.seq else other
-
-
-def collapse(changes: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """One op per memory: `readd` if any of its changes was one (its row is read again)."""
-    found: dict[str, str] = {}
-    for memory_id, op in changes:
-        if found.get(memory_id) != "readd":
-            found[memory_id] = op
-    return found
-
-
-def _apply_one(
-    conn: apsw.Connection, key: AgentKey, index: AgentIndex, memory_id: str, op: str
-) -> None:
-    """Bring one memory of the agent's index to its row as conn now reads it (absent, or no
-    longer this tenant's agent's: removed), so that an index never holds another's memory."""
-    if op in ("delete", "readd"):
-        index.remove(memory_id)
-        if op == "delete":
-            return
-    row = conn.execute(
-        ROW_SQL + f" WHERE id = ? AND tenant = ? AND agent_id = ?{RECALLABLE}", (memory_id, *key)
-    ).fetchone()
-    if row is None:
-        index.remove(memory_id)
-    else:
-        index.upsert(row)
+            for key in removed:
+                self._saver.removed(key)

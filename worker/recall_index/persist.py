@@ -12,7 +12,9 @@ has the size recorded in `meta.json` and that the lookups' offsets and slots are
 does not checksum the columns (a bit flipped on disk inside a score is not detected).
 
 Columns and vectors open copy-on-write (a rescore writes a private page, never the file) and
-are saved with room for appends (the room is a hole in the file: it costs no disk).
+are saved with room for appends (the room is a hole in the file: it costs no disk). A snapshot
+holds live rows only (worker/recall_index/compact.py): a removed memory leaves nothing on disk
+once its agent's snapshot is rewritten (worker/recall_index/saver.py says when).
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ import numpy as np
 
 from worker.recall_index.agent_index import COLUMNS, AgentIndex, AgentKey
 from worker.recall_index.changes import Mark
+from worker.recall_index.compact import compacted, renumbering, row_chunks, stems_of, subset
 from worker.recall_index.lookups import Ids, MetadataLookup, SessionCodes
 from worker.recall_index.postings import Csr, Postings, SlotLists, Slots
 from worker.recall_index.strings import Strings
 
-VERSION = 1
+VERSION = 2  # 2: live rows only; the mark's memory id as its tag
 CHUNK = 1 << 24  # bytes written at a time
 STALE_TEMP_S = 3600.0  # a temporary directory this old was left by a crash
 
@@ -60,6 +63,7 @@ class Frozen:
     mark: Mark
     rows: int
     anchor_ms: int
+    live: np.ndarray  # a copy of the live mask's first `rows`: which rows are written
     columns: dict[str, np.ndarray]
     vectors: dict[str, tuple[np.ndarray, np.ndarray]]
     ids: tuple[Strings, list[str]]
@@ -75,6 +79,7 @@ def freeze(key: AgentKey, index: AgentIndex, mark: Mark) -> Frozen:
         mark=mark,
         rows=rows,
         anchor_ms=index.anchor_ms,
+        live=index.column("live")[:rows].copy(),
         columns={name: index.column(name) for name in COLUMNS},
         vectors={m: (v, index.has_vector[m]) for m, v in index.vectors.items()},
         ids=(index.ids.base, list(index.ids.tail)),
@@ -87,41 +92,64 @@ def freeze(key: AgentKey, index: AgentIndex, mark: Mark) -> Frozen:
     )
 
 
-def _arrays(frozen: Frozen) -> Iterator[tuple[str, np.ndarray, int | None]]:
-    """(file name, array, capacity to save it with) of everything a snapshot holds."""
+# (file name, array, capacity to save it with, rows of it to save: None for all)
+Part = tuple[str, np.ndarray, int | None, np.ndarray | None]
+
+
+def _arrays(frozen: Frozen) -> Iterator[Part]:
+    """Everything a snapshot holds: the live rows only, renumbered when some are dead."""
     rows = frozen.rows
+    dead = not bool(frozen.live.all())
+    kept = np.flatnonzero(frozen.live) if dead else None
+    new_slot = renumbering(frozen.live)
+    count = rows if kept is None else len(kept)
     for name, column in frozen.columns.items():
-        yield name, column[:rows], room(rows)
+        yield name, column[:rows], room(count), kept
     for number, (matrix, flags) in enumerate(frozen.vectors.values()):
-        yield f"vectors.{number}", matrix[:rows], room(rows)
-        yield f"has_vector.{number}", flags[:rows], room(rows)
-    for strings, added, name in ((*frozen.ids, "ids"), (*frozen.sessions, "sessions")):
-        for part, array in strings.extended(added).arrays().items():
-            yield f"{name}.{part}", array, None
+        yield f"vectors.{number}", matrix[:rows], room(count), kept
+        yield f"has_vector.{number}", flags[:rows], room(count), kept
+    ids = frozen.ids[0].extended(frozen.ids[1])
+    ids = ids if kept is None else subset(ids, kept)
+    sessions = frozen.sessions[0].extended(frozen.sessions[1])
+    for strings, name in ((ids, "ids"), (sessions, "sessions")):
+        for part, array in strings.arrays().items():
+            yield f"{name}.{part}", array, None, None
     tokens, stems, tail = frozen.postings
     postings = tokens.merged(tail)
-    new_tokens = [postings.keys[at] for at in range(len(tokens.keys), len(postings.keys))]
-    merged_stems = Postings(tokens, stems).merged_stems(new_tokens, len(tokens.keys))
+    if dead:
+        postings = compacted(postings, new_slot)
+        merged_stems = stems_of(postings.keys)
+    else:
+        new_tokens = [postings.keys[at] for at in range(len(tokens.keys), len(postings.keys))]
+        merged_stems = Postings(tokens, stems).merged_stems(new_tokens, len(tokens.keys))
     for name, lists in (("postings", postings), ("stems", merged_stems)):
         for file, array in lists.arrays(name).items():
-            yield file, array, None
+            yield file, array, None, None
     for name, (base, slots) in frozen.lists.items():
-        for file, array in base.merged(slots).arrays(name).items():
-            yield file, array, None
+        merged = base.merged(slots)
+        merged = compacted(merged, new_slot) if dead else merged
+        for file, array in merged.arrays(name).items():
+            yield file, array, None, None
 
 
-def _save(path: Path, array: np.ndarray, capacity: int | None) -> int:
-    """Write an .npy file; with a capacity, the array's rows then a hole up to it."""
-    shape = array.shape if capacity is None else (capacity, *array.shape[1:])
+def _save(path: Path, array: np.ndarray, capacity: int | None, kept: np.ndarray | None) -> int:
+    """Write an .npy file of array (of its rows `kept`); with a capacity, the rows then a hole
+    up to it."""
+    count = len(array) if kept is None else len(kept)
+    shape = (count, *array.shape[1:]) if capacity is None else (capacity, *array.shape[1:])
     header = {"descr": np.lib.format.dtype_to_descr(array.dtype), "fortran_order": False}
     with open(path, "wb") as file:
         np.lib.format.write_array_header_1_0(file, {**header, "shape": shape})
-        flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-        for start in range(0, len(flat), CHUNK):
-            file.write(flat[start : start + CHUNK].tobytes())
+        if kept is None:
+            flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            for start in range(0, len(flat), CHUNK):
+                file.write(flat[start : start + CHUNK].tobytes())
+        else:
+            for chunk in row_chunks(array, kept):
+                file.write(chunk.tobytes())
         if capacity is not None:
             row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
-            file.truncate(file.tell() + (capacity - len(array)) * row_bytes)
+            file.truncate(file.tell() + (capacity - count) * row_bytes)
         file.flush()
         os.fsync(file.fileno())
         return os.fstat(file.fileno()).st_size
@@ -156,12 +184,13 @@ class Store:
         temp = self.root / f".tmp-{agent_name(frozen.key)}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         temp.mkdir()
         try:
-            sizes = {f"{name}.npy": _save(temp / f"{name}.npy", array, capacity)
-                     for name, array, capacity in _arrays(frozen)}  # fmt: skip
+            sizes = {f"{name}.npy": _save(temp / f"{name}.npy", array, capacity, kept)
+                     for name, array, capacity, kept in _arrays(frozen)}  # fmt: skip
             meta = {
                 "version": VERSION, "tenant": frozen.key[0], "agent": frozen.key[1],
-                "rows": frozen.rows, "anchor_ms": frozen.anchor_ms, "seq": frozen.mark.seq,
-                "mark_id": frozen.mark.memory_id, "models": list(frozen.vectors), "files": sizes,
+                "rows": int(np.count_nonzero(frozen.live)), "anchor_ms": frozen.anchor_ms,
+                "seq": frozen.mark.seq,
+                "mark_tag": frozen.mark.tag, "models": list(frozen.vectors), "files": sizes,
             }  # fmt: skip
             with open(temp / "meta.json", "w", encoding="utf-8") as file:
                 json.dump(meta, file)
@@ -202,7 +231,7 @@ class Store:
             name[: -len(".npy")]: np.load(path / name, mmap_mode="c", allow_pickle=False)
             for name in meta["files"]
         }
-        return _index(meta, arrays), Mark(int(meta["seq"]), str(meta["mark_id"]))
+        return _index(meta, arrays), Mark(int(meta["seq"]), str(meta["mark_tag"]))
 
     def drop(self, key: AgentKey) -> None:
         for path in self._versions(key):
@@ -255,6 +284,7 @@ def _index(meta: dict[str, object], arrays: dict[str, np.ndarray]) -> AgentIndex
     index.postings.stems.check(len(index.postings.base.keys))
     index.live_count = int(np.count_nonzero(index.column("live")[:rows]))
     index.dead = rows - index.live_count
+    index.disk_rows = rows
     return index
 
 

@@ -4,6 +4,15 @@ that a snapshot saves the next start), once an agent has taken SAVE_AFTER change
 snapshot (a load replays those one row read each), and at a clean shutdown for every agent with
 CLOSE_AFTER changes unsaved or more. One snapshot at a time; a failure is logged and the agent
 tried again later.
+
+A removal (a memory deleted, forgotten, erased, evicted, merged away, moved to another agent,
+set to `recallPolicy: never`, or re-indexed after an edit) of a row that the agent's snapshot on
+disk may hold makes that snapshot due for a rewrite SETTLE_S after it, removals meanwhile
+coalesced: the rewrite (compact: worker/recall_index/compact.py) holds nothing of the removed
+memory. An agent no longer loaded is opened from its snapshot for it (`cold`); when the rewrite
+cannot be done the snapshot is deleted instead. So a removed memory is gone from disk at most
+SETTLE_S plus one snapshot's writing time (or the writing of one already under way) after the
+commit that removed it.
 """
 
 from __future__ import annotations
@@ -23,13 +32,24 @@ SAVE_AFTER = 2000
 CLOSE_AFTER = 200
 CHECK_S = 5.0
 RETRY_S = 60.0
+# Removals within this long of the first are rewritten out of the snapshot together.
+SETTLE_S = 1.0
 
 
 class Saver:
-    def __init__(self, store: Store, freeze: Callable[[AgentKey], Frozen | None]) -> None:
-        """`freeze` takes an agent's state under the index lock (None: no longer loaded)."""
+    def __init__(
+        self,
+        store: Store,
+        freeze: Callable[[AgentKey], Frozen | None],
+        cold: Callable[[AgentKey], Frozen | None],
+    ) -> None:
+        """`freeze` takes an agent's state under the index lock (None: no longer loaded);
+        `cold` opens an agent that is not loaded from its snapshot, caught up (None: none)."""
         self.store = store
         self._freeze = freeze
+        self._cold = cold
+        # Per agent with removals not yet rewritten out: (when it is due, removals so far).
+        self._removals: dict[AgentKey, tuple[float, int]] = {}
         self._guard = threading.Lock()
         # Per agent: changes since its last snapshot (a fresh load counts SAVE_AFTER).
         self._unsaved: dict[AgentKey, int] = {}
@@ -45,10 +65,10 @@ class Saver:
         self._thread.start()
 
     def loaded(self, key: AgentKey, *, from_disk: bool) -> None:
+        """Loaded from SQLite: written at the next check (within CHECK_S), not at once, so that
+        the writing does not compete with the recall that waited for the load."""
         with self._guard:
             self._unsaved[key] = 0 if from_disk else SAVE_AFTER
-        if not from_disk:
-            self._wake.set()
 
     def changed(self, key: AgentKey, count: int) -> None:
         with self._guard:
@@ -62,11 +82,49 @@ class Saver:
         with self._guard:
             self._unsaved.pop(key, None)
 
+    def removed(self, key: AgentKey) -> None:
+        """A row its snapshot may hold was removed: rewrite the snapshot SETTLE_S from now."""
+        with self._guard:
+            due, count = self._removals.get(key, (time.monotonic() + SETTLE_S, 0))
+            self._removals[key] = (due, count + 1)
+        self._wake.set()
+
+    def _timeout(self) -> float:
+        with self._guard:
+            soonest = min((due for due, _ in self._removals.values()), default=None)
+        if soonest is None:
+            return CHECK_S
+        return max(0.0, min(CHECK_S, soonest - time.monotonic()))
+
+    def _removals_due(self, *, every: bool = False) -> list[AgentKey]:
+        now = time.monotonic()
+        with self._guard:
+            return [key for key, (due, _) in self._removals.items() if every or due <= now]
+
+    def rewrite(self, key: AgentKey) -> None:
+        """Rewrite the agent's snapshot without what was removed, or delete it if that fails."""
+        with self._guard:
+            _, count = self._removals.get(key, (0.0, 0))
+        try:
+            frozen = self._freeze(key) or self._cold(key)
+            written = frozen is not None and self.save(key, frozen)
+        except Exception as error:
+            log.error("index.rewrite_failed", error=f"{type(error).__name__}: {error}")
+            written = False
+        if not written:
+            self.store.drop(key)
+        with self._guard:
+            if self._removals.get(key, (0.0, 0))[1] == count:
+                del self._removals[key]
+            else:  # removed meanwhile: maybe after the freeze; again, now
+                self._removals[key] = (time.monotonic(), self._removals[key][1])
+
     def drop(self, key: AgentKey) -> None:
         """Delete the agent's snapshots (its memories were erased), and any being written."""
         with self._guard:
             self._dropped[key] = self._dropped.get(key, 0) + 1
             self._unsaved.pop(key, None)
+            self._removals.pop(key, None)
         self.store.drop(key)
 
     def _due(self, minimum: int) -> list[AgentKey]:
@@ -80,19 +138,25 @@ class Saver:
 
     def _run(self) -> None:
         while not self._stop:
-            self._wake.wait(CHECK_S)
+            self._wake.wait(self._timeout())
             self._wake.clear()
+            for key in self._removals_due():
+                if self._stop:
+                    break
+                self.rewrite(key)
             for key in self._due(SAVE_AFTER):
                 if self._stop:
                     break
                 self.save(key)
 
-    def save(self, key: AgentKey) -> None:
+    def save(self, key: AgentKey, frozen: Frozen | None = None) -> bool:
+        """Write the agent's snapshot (of `frozen`, else of the loaded agent); whether it was
+        written (or an equal one is there)."""
         with self._guard:
-            drops, before = self._dropped.get(key, 0), self._unsaved.get(key)
-        frozen = self._freeze(key)
-        if frozen is None or before is None:
-            return
+            drops, before = self._dropped.get(key, 0), self._unsaved.get(key, 0)
+        frozen = frozen or self._freeze(key)
+        if frozen is None:
+            return False
         started = time.perf_counter()
         try:
             written = self.store.write(frozen)
@@ -100,21 +164,22 @@ class Saver:
             log.error("index.snapshot_failed", error=f"{type(error).__name__}: {error}")
             with self._guard:
                 self._failed[key] = time.monotonic()
-            return
+            return False
         with self._guard:
             if self._dropped.get(key, 0) != drops:  # erased while it was written
                 self.store.drop(key)
-                return
+                return True
             if key in self._unsaved:
                 self._unsaved[key] = max(0, self._unsaved[key] - before)
             self._failed.pop(key, None)
         self.written += 1
         log.info(
             "index.snapshot_written",
-            rows=frozen.rows,
+            rows=int(frozen.live.sum()),
             seconds=round(time.perf_counter() - started, 2),
             path=str(written),
         )
+        return True
 
     def close(self) -> None:
         """Stop, after the snapshot being written, writing every agent with changes unsaved."""
@@ -122,5 +187,7 @@ class Saver:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join()
+        for key in self._removals_due(every=True):
+            self.rewrite(key)
         for key in self._due(CLOSE_AFTER):
             self.save(key)

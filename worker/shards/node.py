@@ -15,7 +15,6 @@ counts and the backfill's vectors included, so a standby's copy is the owner's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -238,11 +237,17 @@ class PartitionNode:
             await entries.aclose()
 
     async def stop_following(self) -> None:
+        """Cancel the follower and wait for it to end. Waited for with asyncio.wait, not awaited
+        under a suppress(CancelledError): that also swallowed the cancellation of the caller
+        (ShardApp.stop cancelling a balance round that was handing a partition over), which
+        then ran on and stop waited for it forever."""
         if self._follower is not None:
-            self._follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._follower
-            self._follower = None
+            follower, self._follower = self._follower, None
+            follower.cancel()
+            await asyncio.wait([follower])
+            if not follower.cancelled() and follower.exception() is not None:
+                log.error("shard.follow_ended", partition=self.partition,
+                          error=repr(follower.exception()))  # fmt: skip
 
     async def close(self) -> None:
         self.owner = False

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,9 +128,12 @@ def applied_in(path: Path, partition: int) -> int:
 
 def install(download: Path, path: Path) -> None:
     """Put a downloaded file in place of a partition's file. The old file's WAL and shared
-    memory go first: SQLite would replay a leftover WAL into the new file."""
+    memory go first: SQLite would replay a leftover WAL into the new file; so does the old file's
+    persisted recall index (`<file>.index/`, worker/recall_index/persist.py), a cache of the
+    old file's rows that the new file's change log cannot be trusted to correct."""
     for suffix in ("-wal", "-shm", "-journal"):
         path.with_name(path.name + suffix).unlink(missing_ok=True)
+    shutil.rmtree(path.with_name(path.name + ".index"), ignore_errors=True)
     os.replace(download, path)
 
 

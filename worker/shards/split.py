@@ -11,7 +11,11 @@ of their own go:
 - a tenant's task board is one (worker/shards/router.py routes every task trigger there): its
   tasks go to the partition of agent '' too, whoever posted them;
 - `schedule_claims` (the single worker's cron claims) stays behind: shards claim fire times in the
-  log. Any other table without both columns is refused rather than dropped.
+  log. Any other table without both columns is refused rather than dropped;
+- the recall index's change log (`memory_changes`, `memory_changes_trimmed`, migration 0008)
+  stays behind too: it is a cache's log, not data. Each file starts with an empty log (what the
+  log's triggers record while the memories are copied in is cleared, its sequence restarted);
+  no persisted index belongs to a new file, so nothing refers to the old one.
 
 The source is read in one read transaction, so a worker still writing to it cannot make the files
 disagree; what it writes afterwards is not in them: stop it first.
@@ -41,7 +45,9 @@ from worker.db import (
 from worker.shards.node import SHARD_LOG_SQL
 from worker.shards.partition import partition_of
 
-LEFT_BEHIND = frozenset({"schedule_claims", "shard_log"})
+LEFT_BEHIND = frozenset(
+    {"schedule_claims", "shard_log", "memory_changes", "memory_changes_trimmed"}
+)
 BATCH = 500
 
 
@@ -152,7 +158,11 @@ def split_database(db: Path, out: Path, partitions: int) -> dict[str, int]:
         finally:
             source.execute("COMMIT")
         for conn in conns:  # new audit and task sequences continue after the source's
+            conn.execute("DELETE FROM memory_changes")
+            conn.execute("DELETE FROM sqlite_sequence WHERE name = 'memory_changes'")
             for name, seq in sequences:
+                if name in LEFT_BEHIND:
+                    continue
                 conn.execute("DELETE FROM sqlite_sequence WHERE name = ?", (name,))
                 conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (name, seq))
             conn.execute("COMMIT")
