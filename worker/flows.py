@@ -47,7 +47,9 @@ from worker.writes import Write, commit, seeded_ids
 async def store(s: Services, req: StoreRequest) -> StoreReply:
     """Sanitises and embeds, then commits (worker/storing.py); when the model is a batch behind,
     commits first and leaves the vector to the backfill (worker/recall_index/backfill.py), so
-    that a burst of stores does not queue."""
+    that a burst of stores does not queue. It starts after the recalls in progress (briefly:
+    worker/recalls_first.py)."""
+    await s.recalls_first.after_recalls()
     prepared = await prepare_store(s, req)
     reply: StoreReply = await commit(s, "memory::store", STORE, req, prepared=prepared)
     s.telemetry.sanitizer.count(reply.redactions or {}, reply.flags or [])
@@ -125,7 +127,7 @@ async def recall(s: Services, req: RecallRequest) -> RecallReply:
     recall_handler.check_recall(req, s.config.max_query_bytes)
     query_vector = None
     tenant = tenant_of(req)
-    with s.embedder.recalling():
+    with s.recalls_first.recalling(), s.embedder.recalling():
         if req.query.strip():
             [vector] = await s.embedder.embed([req.query], query=True)
             query_vector = None if vector is None else (s.embedder.name, vector)

@@ -14,6 +14,7 @@ from worker.embedders import Embedder
 from worker.readers import Readers
 from worker.recall_index.backfill import Backfill
 from worker.recall_index.index import MemoryIndex
+from worker.recalls_first import RecallsFirst
 from worker.telemetry import Telemetry
 from worker.tenancy import Grants
 from worker.writer import Writer
@@ -52,6 +53,7 @@ class Services:
     backfill: Backfill | None = None
     clock: Callable[[], int] = wall_clock_ms
     background: set[asyncio.Task[Any]] = field(default_factory=set)
+    recalls_first: RecallsFirst = field(default_factory=RecallsFirst)
     # The app's telemetry (built before these services): what memory::stats and the
     # maintenance report read and write; dispatch, the scheduler and metrics get it directly.
     telemetry: Telemetry = field(default_factory=Telemetry)
