@@ -41,3 +41,19 @@ async def test_a_store_waits_at_most_the_bound_and_not_at_all_without_recalls() 
     started = time.monotonic()
     await gate.after_recalls()  # both recalls ended: idle again
     assert time.monotonic() - started < STORE_WAIT_S / 2
+
+
+async def test_the_writer_thread_waits_for_a_recall_in_progress_at_most_the_bound() -> None:
+    """`wait_in_thread` (the writer's, before a batch) returns when the recall ends, or after
+    STORE_WAIT_S when it does not."""
+    gate = RecallsFirst()
+    with gate.recalling():
+        started = time.monotonic()
+        await asyncio.to_thread(gate.wait_in_thread)
+        assert time.monotonic() - started >= STORE_WAIT_S * 0.9
+        waiting = asyncio.ensure_future(asyncio.to_thread(gate.wait_in_thread, 5.0))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+    started = time.monotonic()
+    await asyncio.wait_for(waiting, 5.0)
+    assert time.monotonic() - started < 1.0

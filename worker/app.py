@@ -38,6 +38,7 @@ from worker.metrics import MetricsServer
 from worker.readers import Readers
 from worker.recall_index.backfill import Backfill
 from worker.recall_index.index import MemoryIndex
+from worker.recalls_first import RecallsFirst
 from worker.redact import redact
 from worker.registry import ROUTES
 from worker.services import Services, wall_clock_ms
@@ -156,7 +157,10 @@ class App:
             index.attach(conn)
         except apsw.Error as error:
             raise unusable(db_path, error) from None
-        self._writer = writer = Writer(conn, after_commit=index.after_commit)
+        recalls_first = RecallsFirst()
+        self._writer = writer = Writer(
+            conn, after_commit=index.after_commit, before_batch=recalls_first.wait_in_thread
+        )
         writer.start()
         # After the writer stops, before the file closes: the snapshots worth writing.
         self._on_stop("index", index.close)
@@ -176,6 +180,7 @@ class App:
             keyword_mode=config.keyword,
             telemetry=telemetry,
             grants=load_grants(config),
+            recalls_first=recalls_first,
         )
         embedder = services.embedder
         self._on_stop("embedder", embedder.close)

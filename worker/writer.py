@@ -48,16 +48,19 @@ class Writer:
         *,
         after_commit: Callable[[apsw.Connection], None] | None = None,
         before_commit: Callable[[apsw.Connection, list[tuple[bool, Any]]], None] | None = None,
+        before_batch: Callable[[], None] | None = None,
         name: str = "memory-writer",
     ) -> None:
         """after_commit runs on the writer thread after each successful COMMIT, before any job of
         the batch is acknowledged (the in-memory index catches up there). before_commit gets
         the (durable, result) of each job that succeeded, still inside the transaction: a shard
         appends the batch's decisions to its partition's log there (worker/shards/node.py), and
-        if that raises, the whole batch rolls back and fails."""
+        if that raises, the whole batch rolls back and fails. before_batch runs on the writer
+        thread before each batch is gathered: it may wait (worker/recalls_first.py)."""
         self._conn = conn
         self._after_commit = after_commit
         self._before_commit = before_commit
+        self._before_batch = before_batch
         self._level = self._current_level = _LEVELS[int(conn.pragma("synchronous"))]
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -92,6 +95,8 @@ class Writer:
             first = self._jobs.get()
             if first is None:
                 return
+            if self._before_batch is not None:
+                self._before_batch()
             batch = [first]
             stop_after = False
             while len(batch) < MAX_BATCH:
