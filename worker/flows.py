@@ -75,27 +75,17 @@ def _recall(
     if req.with_pinned:
         pinned = recall_handler.pinned_memories(conn, tenant, req.agent_id, req)
     excluded = frozenset(memory.id for memory in pinned or ())
-    vector_index = VectorIndex(s.config.vector_index, s.config.vector_candidates)
-    if s.config.recall == "expanded":  # the formula's ranking, reordered (handlers/expand)
-        ranked = expand.expanded_rank(
-            found.columns,
-            req,
-            now=now,
-            query_vector=query_vector,
-            keyword_mode=s.keyword_mode,
-            excluded=excluded,
-            vector_index=vector_index,
-        )
-    else:
-        ranked = recall_handler.rank(
-            found.columns,
-            req,
-            now=now,
-            query_vector=query_vector,
-            keyword_mode=s.keyword_mode,
-            excluded=excluded,
-            vector_index=vector_index,
-        )
+    # Expanded: the formula's ranking, reordered (handlers/expand.py).
+    ranking = expand.expanded_rank if s.config.recall == "expanded" else recall_handler.rank
+    ranked = ranking(
+        found.columns,
+        req,
+        now=now,
+        query_vector=query_vector,
+        keyword_mode=s.keyword_mode,
+        excluded=excluded,
+        vector_index=VectorIndex(s.config.vector_index, s.config.vector_candidates),
+    )
     if not ranked:
         return RecallReply(memories=[], pinned=pinned), now
     counts = found.count_access(conn, [memory_id for memory_id, _ in ranked])
