@@ -235,7 +235,7 @@ def rank_rows(
     excluded: set[str] | frozenset[str] = frozenset(),
     vector_index: VectorIndex = EXACT,
 ) -> Ranked:
-    """The exact top `limit` as (id, score): score, then newer timestamp, then ascending id,
+    """The exact top `limit` as (slot, score): score, then newer timestamp, then ascending id,
     over the memories that pass the filters (all on the columns); `excluded` holds the ids left
     out (the pinned memories returned apart). `minScore` drops what ranks below it. Where
     `vector_index` applies, the top of a shortlist picked with the codes (approximate).
