@@ -18,6 +18,7 @@ import numpy as np
 
 from handlers.recall import rank
 from handlers.store import insert_memory
+from handlers.vector_index import sign_codes
 from schema.memory import RecallRequest
 from tests.conftest import worker_config
 from tests.support import Client
@@ -178,6 +179,7 @@ from worker.db import open_db
 from worker.readers import Readers
 from worker.recall_index.index import MemoryIndex
 from handlers.store import insert_memory
+from handlers.vector_index import sign_codes
 path = Path(sys.argv[1])
 writer = open_db(path)
 n = 0
@@ -245,3 +247,42 @@ async def test_erasing_an_agent_deletes_its_snapshot(nats_url: str, tmp_path: Pa
         await nc.close()
         await app.stop()
     assert not list(cache.glob("*-*"))
+
+
+def test_a_snapshot_keeps_the_vectors_codes_so_opening_reads_no_vector(tmp_path: Path) -> None:
+    """The sign codes are written with the snapshot and opened mapped, equal to the codes of
+    the vectors they stand for, also after a removal renumbered the rows; an index that keeps
+    no codes opens the same snapshot without them."""
+    path = tmp_path / "memory.db"
+    writer = open_db(path)
+    migrate(writer)
+    rng = np.random.default_rng(3)
+    with writer:
+        for n in range(200):
+            vector = rng.standard_normal(96).astype(np.float32)
+            insert_memory(
+                writer, agent=KEY, content=f"note {n}", role="user", now=1, timestamp=1000 + n,
+                importance=0.5, embedding=("m", vector / np.linalg.norm(vector)),
+            )  # fmt: skip
+
+    def coded(codes: bool) -> MemoryIndex:
+        cache_dir = Path(f"{path}.index")
+        index = MemoryIndex(
+            Readers(path), max_bytes=10**9, clock=lambda: 5000, cache_dir=cache_dir, codes=codes
+        )
+        index.attach(writer)
+        return index
+
+    first = coded(True)
+    assert first.snapshot(KEY).columns.rows == 200
+    with writer:
+        writer.execute("DELETE FROM memories WHERE content IN ('note 3', 'note 150')")
+    first.after_commit(writer)  # masked in memory, renumbered on disk
+    first.close()
+    reopened = coded(True).snapshot(KEY).columns
+    assert isinstance(reopened.live, np.memmap) and reopened.rows == 198
+    codes = reopened.codes["m"]
+    assert isinstance(codes, np.memmap), "the codes were made again, not opened"
+    made = sign_codes(np.asarray(reopened.vectors["m"][: reopened.rows]))
+    assert np.array_equal(codes[:, : reopened.rows], made)
+    assert coded(False).snapshot(KEY).columns.codes == {}

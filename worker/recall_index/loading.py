@@ -13,7 +13,7 @@ import structlog
 
 from worker.recall_index.agent_index import ROW_SQL, AgentIndex, AgentKey
 from worker.recall_index.changes import LogGap, Mark, changes_since, last_mark
-from worker.recall_index.persist import Frozen, Store, freeze, room
+from worker.recall_index.persist import Frozen, Store, freeze, read_at_random, room
 
 log = structlog.get_logger()
 # A forgotten memory (contract section 12), or one whose recall policy is `never` (section 13),
@@ -70,9 +70,13 @@ class Loader:
             if found is None:
                 return None
             loaded, mark = found
-            if self.codes:  # made from the mapped vectors: codes are not persisted
-                loaded.keep_codes()
-            loaded.rebuild_bounds()  # nor are the prior's bounds: one pass over two columns
+            if not self.codes:
+                loaded.codes = None
+            elif loaded.codes is None or set(loaded.codes) != set(loaded.vectors):
+                loaded.keep_codes()  # a snapshot written without them: made from its vectors
+            for matrix in loaded.vectors.values() if self.codes else ():
+                read_at_random(matrix)
+            loaded.rebuild_bounds()  # not persisted: one pass over three columns
             removed = False
             with conn:  # one read transaction: the changes and the rows they name
                 changes = changes_since(conn, key, mark)

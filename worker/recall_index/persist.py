@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import shutil
 import time
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from handlers.vector_index import words_for
 from worker.recall_index.agent_index import COLUMNS, AgentIndex, AgentKey
 from worker.recall_index.changes import Mark
 from worker.recall_index.compact import compacted, renumbering, row_chunks, stems_of, subset
@@ -70,6 +72,7 @@ class Frozen:
     sessions: tuple[Strings, list[str]]
     postings: tuple[Csr, Csr, dict[str, Slots]]
     lists: dict[str, tuple[Csr, dict[str, Slots]]] = field(default_factory=dict)
+    codes: dict[str, np.ndarray] = field(default_factory=dict)  # model -> (words, capacity)
 
 
 def freeze(key: AgentKey, index: AgentIndex, mark: Mark) -> Frozen:
@@ -89,6 +92,7 @@ def freeze(key: AgentKey, index: AgentIndex, mark: Mark) -> Frozen:
             "tag_slots": (index.tag_slots.base, index.tag_slots.tail.frozen()),
             "metadata": (index.metadata.base, index.metadata.tail.frozen()),
         },
+        codes=dict(index.codes or {}),
     )
 
 
@@ -105,9 +109,11 @@ def _arrays(frozen: Frozen) -> Iterator[Part]:
     count = rows if kept is None else len(kept)
     for name, column in frozen.columns.items():
         yield name, column[:rows], room(count), kept
-    for number, (matrix, flags) in enumerate(frozen.vectors.values()):
+    for number, (model, (matrix, flags)) in enumerate(frozen.vectors.items()):
         yield f"vectors.{number}", matrix[:rows], room(count), kept
         yield f"has_vector.{number}", flags[:rows], room(count), kept
+        if model in frozen.codes:
+            yield f"codes.{number}", _codes(frozen.codes[model], rows, kept), None, None
     ids = frozen.ids[0].extended(frozen.ids[1])
     ids = ids if kept is None else subset(ids, kept)
     sessions = frozen.sessions[0].extended(frozen.sessions[1])
@@ -130,6 +136,15 @@ def _arrays(frozen: Frozen) -> Iterator[Part]:
         merged = compacted(merged, new_slot) if dead else merged
         for file, array in merged.arrays(name).items():
             yield file, array, None, None
+
+
+def _codes(codes: np.ndarray, rows: int, kept: np.ndarray | None) -> np.ndarray:
+    """The (words, rows) sign codes of the rows written, with room for appends (zeros: they are
+    laid out by word, so the room cannot be a hole at the end; 8 bytes a word and row)."""
+    count = rows if kept is None else len(kept)
+    saved = np.zeros((codes.shape[0], room(count)), dtype=np.uint64)
+    saved[:, :count] = codes[:, :rows] if kept is None else codes[:, kept]
+    return saved
 
 
 def _save(path: Path, array: np.ndarray, capacity: int | None, kept: np.ndarray | None) -> int:
@@ -272,6 +287,11 @@ def _index(meta: dict[str, object], arrays: dict[str, np.ndarray]) -> AgentIndex
         if matrix.ndim != 2 or len(matrix) != capacity or flags.shape != (capacity,):
             raise ValueError("vectors of the wrong shape")
         index.vectors[str(model)], index.has_vector[str(model)] = matrix, flags
+        codes = arrays.get(f"codes.{number}")
+        if codes is not None:
+            if codes.dtype != np.uint64 or codes.shape != (words_for(matrix.shape[1]), capacity):
+                raise ValueError("codes of the wrong shape")
+            index.codes = {**(index.codes or {}), str(model): codes}
     index.ids.base.check()
     index.session_codes.base.check()
     if len(index.ids) != rows:
@@ -286,6 +306,15 @@ def _index(meta: dict[str, object], arrays: dict[str, np.ndarray]) -> AgentIndex
     index.dead = rows - index.live_count
     index.disk_rows = rows
     return index
+
+
+def read_at_random(matrix: np.ndarray) -> None:
+    """Tell the kernel a mapped vector matrix is read a row here and there (the re-score of a
+    shortlist picked with the codes), so that a page fault reads that page, not the 128 KiB
+    around it: read-ahead made most of a million vectors resident after a few hundred recalls."""
+    mapped = getattr(matrix, "_mmap", None)  # np.memmap's own mmap object
+    if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_RANDOM"):
+        mapped.madvise(mmap.MADV_RANDOM)
 
 
 def _sync_dir(path: Path) -> None:
