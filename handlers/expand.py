@@ -23,6 +23,7 @@ from msgspec import UNSET
 
 from handlers.recall import Columns, KeywordMode, keyword_weights, rank_rows
 from handlers.text import query_keywords
+from handlers.topk_rows import member
 from handlers.vector_index import EXACT, VectorIndex
 from schema.memory import RecallRequest
 
@@ -97,8 +98,8 @@ def keyword_share(
     """Each slot's keyword term before its weight (0 to 1), as the formula counts it."""
     share = np.zeros(len(slots), dtype=np.float64)
     for posting, weight in keyword_weights(columns, query_keywords(query), mode):
-        if posting is not None:
-            share[np.isin(slots, posting)] += weight
+        if posting is not None:  # sorted: a binary search per slot, not a set of the posting
+            share[member(posting, slots)] += weight
     return share
 
 

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from msgspec import UNSET
 
 from handlers import recall
-from handlers.text import query_keywords, stem
+from handlers.text import query_keywords
 from handlers.topk_rows import BlockBounds, Filter, Rows, Scores, Top, in_ranges, member
 from schema.memory import RecallRequest
 
@@ -42,39 +42,9 @@ Term = tuple[int, Rows, float]  # (place in the query's order, posting below `ro
 def weighted_terms(
     columns: recall.Columns, mode: recall.KeywordMode, query: str
 ) -> list[tuple[Rows | None, float]]:
-    """`recall.keyword_weights`'s postings and weights, computed without reading every row:
-    postings are cut at `rows` but keep deleted rows (the filter drops them), and the live
-    counts IDF needs come from the deleted slots, which are few."""
-    keywords = query_keywords(query)
-    if mode == "stems":
-        stems = list(dict.fromkeys(stem(keyword) for keyword in keywords))
-        found = [recall.stem_posting(columns.postings, stemmed) for stemmed in stems]
-    else:
-        found = [columns.postings.get(keyword) for keyword in keywords]
-    if not found:
-        return []
-    rows = columns.rows
-    postings = [
-        None if p is None else p[: int(np.searchsorted(p, rows))].astype(np.int64) for p in found
-    ]
-    if mode == "share":
-        weights = [1.0] * len(postings)
-    else:
-        live = columns.live[:rows]
-        alive = int(np.count_nonzero(live))
-        dead = np.flatnonzero(~live) if alive < rows else np.zeros(0, dtype=np.int64)
-
-        def live_count(posting: Rows) -> int:
-            if len(dead) == 0:
-                return len(posting)
-            if len(dead) < len(posting):
-                return len(posting) - int(np.count_nonzero(member(posting, dead)))
-            return int(np.count_nonzero(live[posting]))
-
-        memories = max(1, alive)
-        weights = [recall.idf(memories, 0 if p is None else live_count(p)) for p in postings]
-    total = sum(weights)
-    return [(posting, weight / total) for posting, weight in zip(postings, weights, strict=True)]
+    """`recall.keyword_weights` of the query, postings as slot arrays."""
+    terms = recall.keyword_weights(columns, query_keywords(query), mode)
+    return [(None if p is None else p.astype(np.int64), weight) for p, weight in terms]
 
 
 def excluded_slots(
