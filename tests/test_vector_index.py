@@ -213,3 +213,30 @@ def test_the_vector_index_is_auto_with_a_thousand_candidates_by_default() -> Non
     config = load_config({})
     assert (config.vector_index, config.vector_candidates) == ("auto", 1000)
     assert load_config({"MEMORY_WORKER_VECTOR_INDEX": "exact"}).vector_index == "exact"
+
+
+def test_the_two_pass_shortlist_of_a_large_agent_holds_what_one_pass_over_all_codes_holds() -> None:
+    """Clustered vectors (neighbours, not twins), some rows without a vector and some filtered
+    out: the shortlist picked by a first pass over two code words, then all of them, holds the
+    exact top 10 as the single pass does, and never a filtered-out row."""
+    rng = np.random.default_rng(12)
+    count, dim = 40_000, 384
+    centres = rng.standard_normal((400, dim)).astype(np.float32)
+    vectors = centres[rng.integers(0, 400, count)] + 0.9 * rng.standard_normal((count, dim))
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    has_vector = rng.random(count) > 0.05
+    vectors[~has_vector] = 0.0
+    eligible = rng.random(count) > 0.1
+    base = 0.25 * rng.random(count)
+    codes = sign_codes(vectors)
+    for trial in range(5):
+        query = centres[trial] + 0.9 * rng.standard_normal(dim).astype(np.float32)
+        query /= np.linalg.norm(query)
+        exact = base + 0.5 * np.where(has_vector, vectors @ query, 0.0)
+        exact[~eligible] = -np.inf
+        top10 = set(np.argsort(exact)[-10:].tolist())
+        one = shortlist(base, eligible, codes, has_vector, query, 100)
+        two = shortlist(base, eligible, codes, has_vector, query, 100, coarse_from=1)
+        assert top10 <= set(one.tolist()) and top10 <= set(two.tolist())
+        assert eligible[two].all() and len(two) >= 100
+        assert len(set(one.tolist()) & set(two.tolist())) >= 90
