@@ -27,6 +27,7 @@ from worker.db import migrate, open_db
 from worker.readers import Readers
 from worker.recall_index.changes import trim
 from worker.recall_index.index import MemoryIndex
+from worker.recall_index.mapping import mapped
 
 KEY = ("", "a")
 QUERIES = ("note alpha", "beta", "gamma note", "", "delta epsilon")
@@ -80,7 +81,7 @@ def saved(path: Path, writer: apsw.Connection) -> MemoryIndex:
 
 
 def opened_from_disk(index: MemoryIndex) -> bool:
-    return isinstance(index.snapshot(KEY).columns.live, np.memmap)
+    return mapped(index.snapshot(KEY).columns.live)
 
 
 def test_a_restart_opens_the_snapshot_and_answers_exactly_as_a_fresh_load(tmp_path: Path) -> None:
@@ -239,7 +240,7 @@ async def test_erasing_an_agent_deletes_its_snapshot(nats_url: str, tmp_path: Pa
     try:
         assert len(await client.recall("a", "alpha number 7")) > 0
         assert app.services is not None
-        assert isinstance(app.services.index.snapshot(KEY).columns.live, np.memmap)
+        assert mapped(app.services.index.snapshot(KEY).columns.live)
         await client.call("memory.erase", {"agentId": "a", "confirm": "a"})
         assert not list(cache.glob("*-*"))
         assert await client.recall("a", "alpha") == []
@@ -280,9 +281,9 @@ def test_a_snapshot_keeps_the_vectors_codes_so_opening_reads_no_vector(tmp_path:
     first.after_commit(writer)  # masked in memory, renumbered on disk
     first.close()
     reopened = coded(True).snapshot(KEY).columns
-    assert isinstance(reopened.live, np.memmap) and reopened.rows == 198
+    assert mapped(reopened.live) and reopened.rows == 198
     codes = reopened.codes["m"]
-    assert isinstance(codes, np.memmap), "the codes were made again, not opened"
+    assert mapped(codes), "the codes were made again, not opened"
     made = sign_codes(np.asarray(reopened.vectors["m"][: reopened.rows]))
     assert np.array_equal(codes[:, : reopened.rows], made)
     assert coded(False).snapshot(KEY).columns.codes == {}

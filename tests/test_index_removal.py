@@ -17,6 +17,7 @@ from tests.conftest import worker_config
 from tests.support import Client
 from tests.test_index_persist import KEY, answers, filled, fresh, index_on, opened_from_disk
 from worker.app import App
+from worker.recall_index.mapping import mapped
 from worker.recall_index.saver import SETTLE_S
 
 # The removal is rewritten out within SETTLE_S plus one small snapshot's writing: this is
@@ -116,7 +117,7 @@ async def test_a_deleted_or_forgotten_memory_leaves_no_word_and_no_id_on_disk(
         found = await client.recall("a", "alpha number 7", limit=3)
         assert found[0]["content"] == "a memory about alpha number 7"
         assert app.services is not None
-        assert isinstance(app.services.index.snapshot(KEY).columns.live, np.memmap)
+        assert mapped(app.services.index.snapshot(KEY).columns.live)
     finally:
         await nc.close()
         await app.stop()

@@ -28,6 +28,7 @@ from handlers.topk_rows import BlockBounds
 from handlers.vector_index import sign_codes, words_for
 from worker.recall_index.changes import Mark
 from worker.recall_index.lookups import Ids, MetadataLookup, SessionCodes, tag_key
+from worker.recall_index.mapping import mapped
 from worker.recall_index.postings import Csr, Postings, SlotLists
 from worker.recall_index.strings import Strings
 
@@ -321,8 +322,8 @@ class AgentIndex:
 
     def nbytes(self) -> int:
         """What it holds in RAM (a memory-mapped array's pages are the page cache's)."""
-        size = sum(int(a.nbytes) for a in self.arrays() if not isinstance(a, np.memmap))
+        size = sum(int(a.nbytes) for a in self.arrays() if not mapped(a))
         size += self.postings.nbytes() + self.tag_slots.nbytes() + self.metadata.nbytes()
         size += sum(int(c.nbytes) for c in (self.codes or {}).values())
-        size += self.ids.base.blob.nbytes if not isinstance(self.ids.base.blob, np.memmap) else 0
+        size += 0 if mapped(self.ids.base.blob) else self.ids.base.blob.nbytes
         return int(size) + self.ids.nbytes() + 100 * len(self.access)

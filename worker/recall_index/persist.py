@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
 import shutil
 import time
@@ -243,7 +242,8 @@ class Store:
             if (path / name).stat().st_size != size:
                 raise ValueError(f"{name} is not the size it was written with")
         arrays = {
-            name[: -len(".npy")]: np.load(path / name, mmap_mode="c", allow_pickle=False)
+            # Plain arrays over the mapping (worker/recall_index/mapping.py says why).
+            name[: -len(".npy")]: np.load(path / name, mmap_mode="c").view(np.ndarray)
             for name in meta["files"]
         }
         return _index(meta, arrays), Mark(int(meta["seq"]), str(meta["mark_tag"]))
@@ -306,15 +306,6 @@ def _index(meta: dict[str, object], arrays: dict[str, np.ndarray]) -> AgentIndex
     index.dead = rows - index.live_count
     index.disk_rows = rows
     return index
-
-
-def read_at_random(matrix: np.ndarray) -> None:
-    """Tell the kernel a mapped vector matrix is read a row here and there (the re-score of a
-    shortlist picked with the codes), so that a page fault reads that page, not the 128 KiB
-    around it: read-ahead made most of a million vectors resident after a few hundred recalls."""
-    mapped = getattr(matrix, "_mmap", None)  # np.memmap's own mmap object
-    if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_RANDOM"):
-        mapped.madvise(mmap.MADV_RANDOM)
 
 
 def _sync_dir(path: Path) -> None:

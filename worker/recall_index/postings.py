@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from handlers.text import stem
+from worker.recall_index.mapping import mapped
 from worker.recall_index.strings import Strings
 
 Slots = npt.NDArray[np.int32]
@@ -140,7 +141,7 @@ class Csr:
 
     def nbytes(self) -> int:
         arrays = (*self.keys.arrays().values(), self.starts, self.values)
-        return sum(int(array.nbytes) for array in arrays if not isinstance(array, np.memmap))
+        return sum(int(array.nbytes) for array in arrays if not mapped(array))
 
 
 class SlotLists(Mapping[str, Slots]):
