@@ -325,19 +325,21 @@ def rank_all(
         if code is None:
             return []
         eligible &= columns.session[:rows] == code
-    candidates = np.flatnonzero(eligible)
-    if len(candidates) == 0:
-        return []
     if approximate(columns, query_vector, vector_index):
         assert query_vector is not None
+        if not eligible.any():
+            return []
         candidates, score = shortlist_scores(
             columns, req.query, eligible, now=now, query_vector=query_vector,
             keyword_mode=keyword_mode, candidates=vector_index.candidates,
         )  # fmt: skip
-    else:
-        score = scores(
-            columns, req.query, now=now, query_vector=query_vector, keyword_mode=keyword_mode
-        )[candidates]
+        return top_of(columns, candidates, score, req)
+    candidates = np.flatnonzero(eligible)
+    if len(candidates) == 0:
+        return []
+    score = scores(
+        columns, req.query, now=now, query_vector=query_vector, keyword_mode=keyword_mode
+    )[candidates]
     return top_of(columns, candidates, score, req)
 
 
@@ -405,16 +407,33 @@ def shortlist_scores(
     keyword_mode: KeywordMode,
     candidates: int,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-    """The shortlist's rows and their exact scores, the cosine from their float32 rows alone."""
+    """The shortlist's rows and their exact scores, the cosine from their float32 rows alone.
+
+    The shortlist is picked on an estimate of every row's other terms in fewer passes than
+    `scores` takes (the passes over a million rows are most of the cost); the shortlist's own
+    scores are then the same operations as `scores`, in the same order, on its rows only."""
     model, vector = query_vector
-    base = scores(columns, query, now=now, query_vector=None, keyword_mode=keyword_mode)
+    rows = columns.rows
+    c = 0.5 ** ((now - columns.anchor_ms) / WEEK_MS)
+    terms = keyword_weights(columns, query_keywords(query), keyword_mode)
+    estimate = np.multiply(columns.growth[:rows], 0.10 * c)
+    np.minimum(estimate, 0.10, out=estimate)
+    estimate += columns.static[:rows]
+    for posting, weight in terms:
+        if posting is not None:
+            np.add.at(estimate, posting, 0.25 * weight)
     has_vector = columns.has_vector[model]
-    rows = shortlist(base, eligible, columns.codes[model], has_vector, vector, candidates)
+    picked = shortlist(estimate, eligible, columns.codes[model], has_vector, vector, candidates)
+    score = topk.prior(columns, picked, c)
+    for posting, weight in terms:
+        if posting is not None:
+            score[topk_rows.member(posting, picked)] += 0.25 * weight
     # Not `@`: BLAS hands a thousand rows to its threads, whose wake-up cost 5-12 ms on a busy
     # machine against 0.1 ms for this single-threaded loop.
-    cosine = np.einsum("ij,j->i", columns.vectors[model][rows], vector).astype(np.float64)
-    cosine[~has_vector[rows]] = 0.0
-    return rows, base[rows] + 0.50 * cosine
+    cosine = np.einsum("ij,j->i", columns.vectors[model][picked], vector).astype(np.float64)
+    cosine[~has_vector[picked]] = 0.0
+    score += 0.50 * cosine
+    return picked, score
 
 
 def pinned_memories(
