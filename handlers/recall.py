@@ -88,6 +88,9 @@ class Columns:
     # slots (to find the excluded ids' slots), and the prior's bounds per block of slots.
     slots_of: Callable[[str], Iterable[int]] | None = None
     bounds: topk_rows.BlockBounds | None = None
+    # (model, slots) -> those rows of the model's vectors, read without mapping them in (a
+    # snapshot's file: worker/recall_index/mapping.py FileRows); None: index `vectors`.
+    vector_rows: Callable[[str, npt.NDArray[np.int64]], npt.NDArray[np.float32]] | None = None
 
 
 def canonical_json(value: Any) -> str:
@@ -430,7 +433,11 @@ def shortlist_scores(
             score[topk_rows.member(posting, picked)] += 0.25 * weight
     # Not `@`: BLAS hands a thousand rows to its threads, whose wake-up cost 5-12 ms on a busy
     # machine against 0.1 ms for this single-threaded loop.
-    cosine = np.einsum("ij,j->i", columns.vectors[model][picked], vector).astype(np.float64)
+    if columns.vector_rows is None:
+        matrix = columns.vectors[model][picked]
+    else:
+        matrix = columns.vector_rows(model, picked)
+    cosine = np.einsum("ij,j->i", matrix, vector).astype(np.float64)
     cosine[~has_vector[picked]] = 0.0
     score += 0.50 * cosine
     return picked, score

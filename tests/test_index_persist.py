@@ -15,6 +15,7 @@ import apsw
 import msgspec
 import nats
 import numpy as np
+import pytest
 
 from handlers.recall import rank
 from handlers.store import insert_memory
@@ -27,7 +28,7 @@ from worker.db import migrate, open_db
 from worker.readers import Readers
 from worker.recall_index.changes import trim
 from worker.recall_index.index import MemoryIndex
-from worker.recall_index.mapping import mapped
+from worker.recall_index.mapping import FileRows, mapped
 
 KEY = ("", "a")
 QUERIES = ("note alpha", "beta", "gamma note", "", "delta epsilon")
@@ -287,3 +288,25 @@ def test_a_snapshot_keeps_the_vectors_codes_so_opening_reads_no_vector(tmp_path:
     made = sign_codes(np.asarray(reopened.vectors["m"][: reopened.rows]))
     assert np.array_equal(codes[:, : reopened.rows], made)
     assert coded(False).snapshot(KEY).columns.codes == {}
+
+
+def test_file_rows_reads_a_snapshots_vectors_and_rows_rewritten_since_from_memory(
+    tmp_path: Path,
+) -> None:
+    """A shortlist's rows read with pread from the snapshot's vector file equal the matrix's;
+    a row written since the snapshot was opened, or appended after it, comes from the matrix."""
+    rng = np.random.default_rng(4)
+    matrix = rng.standard_normal((40, 8)).astype(np.float32)
+    path = tmp_path / "vectors.0.npy"
+    np.save(path, matrix[:30])
+    rows = FileRows(path, 30, 8)
+    slots = np.array([0, 3, 29, 31, 7, 39], dtype=np.int64)
+    assert np.array_equal(rows.read(slots, matrix), matrix[slots])
+    matrix[3] = 9.0
+    rows.rewrote(3)
+    rows.rewrote(35)  # past the file's rows: nothing to mark
+    assert np.array_equal(rows.read(slots, matrix), matrix[slots])
+    with open(path, "r+b") as file:
+        file.truncate(200)
+    with pytest.raises(OSError, match="shorter"):
+        rows.read(slots, matrix)

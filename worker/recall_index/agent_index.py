@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from handlers.recall import ROLE_CODES, Columns, canonical_json, growth, static_part
 from handlers.taxonomy import CATEGORY_CODES, SENSITIVITY_CODES, string_list
@@ -28,7 +29,7 @@ from handlers.topk_rows import BlockBounds
 from handlers.vector_index import sign_codes, words_for
 from worker.recall_index.changes import Mark
 from worker.recall_index.lookups import Ids, MetadataLookup, SessionCodes, tag_key
-from worker.recall_index.mapping import mapped
+from worker.recall_index.mapping import FileRows, mapped
 from worker.recall_index.postings import Csr, Postings, SlotLists
 from worker.recall_index.strings import Strings
 
@@ -99,6 +100,9 @@ class AgentIndex:
         # Sign codes of the vectors (handlers/vector_index.py), kept in step with them when
         # recall may use them: model -> (words, capacity) uint64, or None when not kept.
         self.codes: dict[str, np.ndarray] | None = {} if codes else None
+        # model -> its vectors in the snapshot this index was opened from, read from the file
+        # for a shortlist's re-score (worker/recall_index/mapping.py).
+        self.file_rows: dict[str, FileRows] = {}
         # The prior's bounds per block of slots, for the ranking without a query vector.
         self.bounds = BlockBounds()
         # Rows below this may be in the agent's snapshot on disk (a removal of one is
@@ -250,6 +254,8 @@ class AgentIndex:
         if self.vectors[model].shape[1] == len(vector):
             self.vectors[model][at] = vector
             self.has_vector[model][at] = True
+            if model in self.file_rows:
+                self.file_rows[model].rewrote(at)
             if self.codes is not None:
                 if model not in self.codes:
                     shape = (words_for(len(vector)), self.capacity())
@@ -313,7 +319,13 @@ class AgentIndex:
             codes=dict(self.codes or {}),
             slots_of=self.ids.slots,
             bounds=self.bounds,
+            vector_rows=self.vector_rows if self.file_rows else None,
         )
+
+    def vector_rows(self, model: str, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        matrix = self.vectors[model]
+        found = self.file_rows.get(model)
+        return matrix[slots] if found is None else found.read(slots, matrix)
 
     def arrays(self) -> Iterator[np.ndarray]:
         yield from (self.column(name) for name in COLUMNS)

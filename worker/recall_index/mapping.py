@@ -1,13 +1,17 @@
 """Arrays opened from a snapshot's files (worker/recall_index/persist.py) are plain ndarrays over
 the file's mapping, not np.memmap: every slice or gather of an np.memmap makes another memmap,
 whose Python-level set-up cost a million-memory recall 1.4 ms over its ~10 000 array operations.
-What np.memmap told apart is asked here instead."""
+What np.memmap told apart is asked here instead. A large snapshot's vectors are also read with
+pread where a recall re-scores a shortlist (`FileRows`)."""
 
 from __future__ import annotations
 
 import mmap
+import os
+from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 
 def mapping_of(array: np.ndarray) -> mmap.mmap | None:
@@ -30,3 +34,45 @@ def read_at_random(matrix: np.ndarray) -> None:
     found = mapping_of(matrix)
     if found is not None and hasattr(mmap, "MADV_RANDOM"):
         found.madvise(mmap.MADV_RANDOM)
+
+
+class FileRows:
+    """A snapshot's vector rows read with pread, for the re-score of a shortlist: a recall that
+    touched its thousand rows through the mapping faulted in a page each (7 us apiece here,
+    7.5 ms a recall) and kept them in the worker's RSS, which after a few hundred recalls held
+    most of a million vectors; a pread copies the row from the page cache (2 ms a thousand) and
+    leaves nothing mapped. A row whose vector was written since the snapshot was opened is not
+    the file's any more: `rewrote` marks it, and `read` takes it from the index's own matrix."""
+
+    def __init__(self, path: Path, rows: int, dimensions: int) -> None:
+        with open(path, "rb") as file:
+            version = np.lib.format.read_magic(file)
+            if version == (1, 0):
+                np.lib.format.read_array_header_1_0(file)
+            else:
+                np.lib.format.read_array_header_2_0(file)
+            self._offset = file.tell()
+        self._file = open(path, "rb", buffering=0)  # noqa: SIM115  # closed with this object
+        self.rows, self.dimensions = rows, dimensions
+        self._row_bytes = 4 * dimensions
+        self.rewritten = np.zeros(rows, dtype=np.bool_)
+
+    def rewrote(self, at: int) -> None:
+        if at < self.rows:
+            self.rewritten[at] = True
+
+    def read(self, slots: npt.NDArray[np.int64], matrix: np.ndarray) -> npt.NDArray[np.float32]:
+        """matrix[slots], the rows the file holds as they are read from it."""
+        on_file = slots < self.rows
+        on_file[on_file] = ~self.rewritten[slots[on_file]]
+        found = np.empty((len(slots), self.dimensions), dtype=np.float32)
+        if not on_file.all():
+            found[~on_file] = matrix[slots[~on_file]]
+        descriptor, size, offset = self._file.fileno(), self._row_bytes, self._offset
+        chunks = [os.pread(descriptor, size, offset + at * size) for at in slots[on_file].tolist()]
+        if chunks:
+            read = np.frombuffer(b"".join(chunks), dtype=np.float32)
+            if len(read) != int(on_file.sum()) * self.dimensions:
+                raise OSError("a snapshot's vector file is shorter than it was written")
+            found[on_file] = read.reshape(-1, self.dimensions)
+        return found

@@ -31,11 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from handlers.vector_index import words_for
+from handlers.vector_index import AUTO_THRESHOLD, words_for
 from worker.recall_index.agent_index import COLUMNS, AgentIndex, AgentKey
 from worker.recall_index.changes import Mark
 from worker.recall_index.compact import compacted, renumbering, row_chunks, stems_of, subset
 from worker.recall_index.lookups import Ids, MetadataLookup, SessionCodes
+from worker.recall_index.mapping import FileRows
 from worker.recall_index.postings import Csr, Postings, SlotLists, Slots
 from worker.recall_index.strings import Strings
 
@@ -246,7 +247,7 @@ class Store:
             name[: -len(".npy")]: np.load(path / name, mmap_mode="c").view(np.ndarray)
             for name in meta["files"]
         }
-        return _index(meta, arrays), Mark(int(meta["seq"]), str(meta["mark_tag"]))
+        return _index(meta, arrays, path), Mark(int(meta["seq"]), str(meta["mark_tag"]))
 
     def drop(self, key: AgentKey) -> None:
         for path in self._versions(key):
@@ -263,7 +264,7 @@ class Store:
                 shutil.rmtree(temp, ignore_errors=True)
 
 
-def _index(meta: dict[str, object], arrays: dict[str, np.ndarray]) -> AgentIndex:
+def _index(meta: dict[str, object], arrays: dict[str, np.ndarray], path: Path) -> AgentIndex:
     rows = int(meta["rows"])  # type: ignore[call-overload]
     index = AgentIndex(anchor_ms=int(meta["anchor_ms"]), capacity=0)  # type: ignore[call-overload]
     capacity = len(arrays["live"])
@@ -287,6 +288,9 @@ def _index(meta: dict[str, object], arrays: dict[str, np.ndarray]) -> AgentIndex
         if matrix.ndim != 2 or len(matrix) != capacity or flags.shape != (capacity,):
             raise ValueError("vectors of the wrong shape")
         index.vectors[str(model)], index.has_vector[str(model)] = matrix, flags
+        if rows >= AUTO_THRESHOLD:  # where recall may re-score a shortlist (one descriptor each)
+            found = FileRows(path / f"vectors.{number}.npy", rows, matrix.shape[1])
+            index.file_rows[str(model)] = found
         codes = arrays.get(f"codes.{number}")
         if codes is not None:
             if codes.dtype != np.uint64 or codes.shape != (words_for(matrix.shape[1]), capacity):
