@@ -167,7 +167,10 @@ def keyword_weights(
     if not found:
         return []
     rows = columns.rows
-    postings = [None if p is None else p[: int(np.searchsorted(p, rows))] for p in found]
+    # The bound in the posting's own type: numpy would copy the posting to a Python int's.
+    postings = [
+        None if p is None else p[: int(np.searchsorted(p, p.dtype.type(rows)))] for p in found
+    ]
     if mode == "share":
         weights = [1.0] * len(postings)
     else:
@@ -179,7 +182,9 @@ def keyword_weights(
             if len(dead) == 0:
                 return len(posting)
             if len(dead) < len(posting):
-                return len(posting) - int(np.count_nonzero(topk_rows.member(posting, dead)))
+                return len(posting) - int(
+                    np.count_nonzero(topk_rows.member(posting, dead, ascending=True))
+                )
             return int(np.count_nonzero(live[posting]))
 
         memories = max(1, alive)
@@ -430,7 +435,7 @@ def shortlist_scores(
     score = topk.prior(columns, picked, c)
     for posting, weight in terms:
         if posting is not None:
-            score[topk_rows.member(posting, picked)] += 0.25 * weight
+            score[topk_rows.member(posting, picked, ascending=True)] += 0.25 * weight
     # Not `@`: BLAS hands a thousand rows to its threads, whose wake-up cost 5-12 ms on a busy
     # machine against 0.1 ms for this single-threaded loop.
     if columns.vector_rows is None:

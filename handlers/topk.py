@@ -151,7 +151,7 @@ class Ranking:
             bound[hit] += 0.25 * self.weight(at)
         keep = bound >= self.top.theta
         for at in settled:
-            keep[keep] &= ~member(self.posting(at), rows[keep])
+            keep[keep] &= ~member(self.posting(at), rows[keep], ascending=True)
         keep[keep] &= self.passes.passing(rows[keep])
         rows, score, bound = rows[keep], score[keep], bound[keep]
         hits = {at: hit[keep] for at, hit in hits.items()}
@@ -164,7 +164,7 @@ class Ranking:
             kth = float(np.partition(lower, len(lower) - limit)[len(lower) - limit])
             theta = max(theta, kth - SLACK)
         for at in unknown:
-            hit = member(self.posting(at), rows)
+            hit = member(self.posting(at), rows, ascending=True)
             bound[~hit] -= 0.25 * self.weight(at)
             keep = bound >= theta
             rows, score, bound = rows[keep], score[keep], bound[keep]

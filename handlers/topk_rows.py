@@ -66,10 +66,27 @@ class BlockBounds:
                 found[block] = value
 
 
-def member(sorted_slots: npt.NDArray[Any], rows: Rows) -> npt.NDArray[np.bool_]:
-    """Which of `rows` are in the ascending array `sorted_slots`."""
+def member(
+    sorted_slots: npt.NDArray[Any], rows: Rows, *, ascending: bool = False
+) -> npt.NDArray[np.bool_]:
+    """Which of `rows` are in the ascending array `sorted_slots`. With `ascending` (rows are
+    ascending and distinct) the shorter array is searched for in the longer: a few hundred rows
+    of a rare word's posting looked up in a common word's, or the other way round, cost the
+    ranking at a million memories 3 ms a recall when always done one way."""
     if len(sorted_slots) == 0:
         return np.zeros(len(rows), dtype=np.bool_)
+    # Keys of another integer type than the array searched make numpy copy all of that array
+    # to theirs first (a posting is int32, rows are int64): search in the posting's own type.
+    rows = rows.astype(sorted_slots.dtype, copy=False)
+    if ascending and len(sorted_slots) * math.log2(len(rows) + 1) < len(rows) * math.log2(
+        len(sorted_slots) + 1
+    ):
+        at = np.searchsorted(rows, sorted_slots)
+        inside = at < len(rows)
+        at, wanted = at[inside], sorted_slots[inside]
+        hit = np.zeros(len(rows), dtype=np.bool_)
+        hit[at[rows[at] == wanted]] = True
+        return hit
     at = np.searchsorted(sorted_slots, rows)
     np.minimum(at, len(sorted_slots) - 1, out=at)
     found: npt.NDArray[np.bool_] = sorted_slots[at] == rows
@@ -124,15 +141,15 @@ class Filter:
         if req.pinned is not UNSET:
             keep &= c.pinned[rows] == req.pinned
         for slots in self.metadata:
-            keep &= member(slots, rows)
+            keep &= member(slots, rows, ascending=True)
         if self.categories is not None:
             keep &= np.isin(c.category[rows], self.categories)
         if req.max_sensitivity is not UNSET:
             keep &= c.sensitivity[rows] <= SENSITIVITY_CODES[req.max_sensitivity]
         if self.tagged is not None:
-            keep &= member(self.tagged, rows)
+            keep &= member(self.tagged, rows, ascending=True)
         if len(self.excluded):
-            keep &= ~member(self.excluded, rows)
+            keep &= ~member(self.excluded, rows, ascending=True)
         if req.since is not UNSET or req.until is not UNSET:
             timestamp = c.timestamp[rows]
             if req.since is not UNSET:
