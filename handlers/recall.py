@@ -91,6 +91,8 @@ class Columns:
     # (model, slots) -> those rows of the model's vectors, read without mapping them in (a
     # snapshot's file: worker/recall_index/mapping.py FileRows); None: index `vectors`.
     vector_rows: Callable[[str, npt.NDArray[np.int64]], npt.NDArray[np.float32]] | None = None
+    # `static` and `growth` as float32, where the index keeps them for the codes path's estimate.
+    estimates: tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]] | None = None
 
 
 def canonical_json(value: Any) -> str:
@@ -424,12 +426,16 @@ def shortlist_scores(
     rows = columns.rows
     c = 0.5 ** ((now - columns.anchor_ms) / WEEK_MS)
     terms = keyword_weights(columns, query_keywords(query), keyword_mode)
-    estimate = np.multiply(columns.growth[:rows], 0.10 * c)
-    np.minimum(estimate, 0.10, out=estimate)
-    estimate += columns.static[:rows]
+    static, grown = (
+        (columns.static, columns.growth) if columns.estimates is None else columns.estimates
+    )
+    kind = static.dtype.type  # float32 where the index keeps the estimates: half the bytes
+    estimate = np.multiply(grown[:rows], kind(0.10 * c))
+    np.minimum(estimate, kind(0.10), out=estimate)
+    estimate += static[:rows]
     for posting, weight in terms:
         if posting is not None:
-            np.add.at(estimate, posting, 0.25 * weight)
+            np.add.at(estimate, posting, kind(0.25 * weight))
     has_vector = columns.has_vector[model]
     picked = shortlist(estimate, eligible, columns.codes[model], has_vector, vector, candidates)
     score = topk.prior(columns, picked, c)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -82,7 +82,7 @@ def cosine_of_hamming(dimensions: int) -> npt.NDArray[np.float32]:
 
 
 def best_rows(
-    values: npt.NDArray[np.float64], count: int, finite: int | None = None
+    values: npt.NDArray[np.floating[Any]], count: int, finite: int | None = None
 ) -> npt.NDArray[np.int64]:
     """The rows of at least the `count` largest values (more when they tie or the cut-off
     estimate is generous), in ascending order; values of -inf are never returned. `finite`: how
@@ -124,7 +124,7 @@ EXACT = VectorIndex()
 
 
 def shortlist(
-    base: npt.NDArray[np.float64],
+    base: npt.NDArray[np.floating[Any]],
     eligible: npt.NDArray[np.bool_],
     codes: npt.NDArray[np.uint64],
     has_vector: npt.NDArray[np.bool_],

@@ -100,6 +100,11 @@ class AgentIndex:
         # Sign codes of the vectors (handlers/vector_index.py), kept in step with them when
         # recall may use them: model -> (words, capacity) uint64, or None when not kept.
         self.codes: dict[str, np.ndarray] | None = {} if codes else None
+        # `static` and `growth` in float32 where codes are kept: the codes path estimates every
+        # row's other terms from them, a pass reading half the bytes (Columns.estimates).
+        self.estimates: tuple[np.ndarray, np.ndarray] | None = None
+        if codes:
+            self.estimates = (np.zeros(capacity, np.float32), np.zeros(capacity, np.float32))
         # model -> its vectors in the snapshot this index was opened from, read from the file
         # for a shortlist's re-score (worker/recall_index/mapping.py).
         self.file_rows: dict[str, FileRows] = {}
@@ -122,6 +127,8 @@ class AgentIndex:
         self.confidence[at] = confidence
         self.static[at] = static_part(importance, confidence)
         self.growth[at] = growth(timestamp, self.anchor_ms)
+        if self.estimates is not None:
+            self.estimates[0][at], self.estimates[1][at] = self.static[at], self.growth[at]
 
     def _grow(self) -> None:
         """Double every column into RAM (a memory-mapped one included)."""
@@ -138,6 +145,11 @@ class AgentIndex:
             flags = np.zeros(capacity, dtype=np.bool_)
             flags[: len(self.has_vector[model])] = self.has_vector[model]
             self.has_vector[model] = flags
+        if self.estimates is not None:
+            self.estimates = tuple(  # type: ignore[assignment]
+                np.concatenate([old, np.zeros(capacity - len(old), np.float32)])
+                for old in self.estimates
+            )
         for model, codes in (self.codes or {}).items():
             wider = np.zeros((codes.shape[0], capacity), dtype=np.uint64)
             wider[:, : codes.shape[1]] = codes
@@ -182,9 +194,13 @@ class AgentIndex:
         self.rebuild_bounds()
 
     def rebuild_bounds(self) -> None:
-        """The prior's bounds per block, over every row (after a load or opening a snapshot)."""
+        """The prior's bounds per block, over every row, and the float32 estimates where codes
+        are kept (after a load or opening a snapshot, whose codes are settled by then)."""
         get = self.column
         self.bounds.rebuild(get("static"), get("growth"), get("timestamp"), len(self.ids))
+        self.estimates = None
+        if self.codes is not None:
+            self.estimates = (get("static").astype(np.float32), get("growth").astype(np.float32))
 
     def keep_codes(self) -> None:
         """Make every vector's code (a zero row's is zero) and keep them in step from now on; in
@@ -320,6 +336,7 @@ class AgentIndex:
             slots_of=self.ids.slots,
             bounds=self.bounds,
             vector_rows=self.vector_rows if self.file_rows else None,
+            estimates=self.estimates,
         )
 
     def vector_rows(self, model: str, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
@@ -336,6 +353,7 @@ class AgentIndex:
         """What it holds in RAM (a memory-mapped array's pages are the page cache's)."""
         size = sum(int(a.nbytes) for a in self.arrays() if not mapped(a))
         size += self.postings.nbytes() + self.tag_slots.nbytes() + self.metadata.nbytes()
-        size += sum(int(c.nbytes) for c in (self.codes or {}).values())
+        size += sum(int(c.nbytes) for c in (self.codes or {}).values() if not mapped(c))
+        size += sum(int(e.nbytes) for e in self.estimates or ())
         size += 0 if mapped(self.ids.base.blob) else self.ids.base.blob.nbytes
         return int(size) + self.ids.nbytes() + 100 * len(self.access)
