@@ -164,5 +164,7 @@ def shortlist(
     if without:
         distance[~has_vector[picked]] = dimensions + 1
     refined = rest + np.take(cosine_of_hamming(dimensions), distance)
-    found: npt.NDArray[np.int64] = picked[best_rows(refined, candidates, len(picked))]
+    # Exactly `candidates`: each one more is a row read from disk and scored exactly.
+    best = np.argpartition(refined, len(refined) - candidates)[len(refined) - candidates :]
+    found: npt.NDArray[np.int64] = picked[np.sort(best)]
     return found

@@ -68,8 +68,9 @@ class FileRows:
         found = np.empty((len(slots), self.dimensions), dtype=np.float32)
         if not on_file.all():
             found[~on_file] = matrix[slots[~on_file]]
-        descriptor, size, offset = self._file.fileno(), self._row_bytes, self._offset
-        chunks = [os.pread(descriptor, size, offset + at * size) for at in slots[on_file].tolist()]
+        descriptor, size = self._file.fileno(), self._row_bytes
+        where = (self._offset + slots[on_file] * size).tolist()
+        chunks = [os.pread(descriptor, size, at) for at in where]
         if chunks:
             read = np.frombuffer(b"".join(chunks), dtype=np.float32)
             if len(read) != int(on_file.sum()) * self.dimensions:
