@@ -164,7 +164,5 @@ def shortlist(
     if without:
         distance[~has_vector[picked]] = dimensions + 1
     refined = rest + np.take(cosine_of_hamming(dimensions), distance)
-    # Exactly `candidates`: each one more is a row read from disk and scored exactly.
-    best = np.argpartition(refined, len(refined) - candidates)[len(refined) - candidates :]
-    found: npt.NDArray[np.int64] = picked[np.sort(best)]
+    found: npt.NDArray[np.int64] = picked[best_rows(refined, candidates, len(picked))]
     return found
