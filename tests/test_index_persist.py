@@ -4,6 +4,7 @@ when it is damaged, behind or of another file."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -288,6 +289,15 @@ def test_a_snapshot_keeps_the_vectors_codes_so_opening_reads_no_vector(tmp_path:
     made = sign_codes(np.asarray(reopened.vectors["m"][: reopened.rows]))
     assert np.array_equal(codes[:, : reopened.rows], made)
     assert coded(False).snapshot(KEY).columns.codes == {}
+    for old in Path(f"{path}.index").glob("*/codes.*.npy"):  # a snapshot written without them
+        old.unlink()
+        meta = json.loads((old.parent / "meta.json").read_text())
+        del meta["files"][old.name]
+        (old.parent / "meta.json").write_text(json.dumps(meta))
+    remade = coded(True).snapshot(KEY).columns
+    assert mapped(remade.live), "a snapshot without codes is still opened"
+    assert not mapped(remade.codes["m"])
+    assert np.array_equal(remade.codes["m"][:, : remade.rows], made)
 
 
 def test_file_rows_reads_a_snapshots_vectors_and_rows_rewritten_since_from_memory(
