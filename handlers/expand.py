@@ -15,16 +15,16 @@ bus: a pure function of the columns and the formula.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Unpack
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
 from msgspec import UNSET
 
-from handlers.recall import Columns, KeywordMode, keyword_weights, rank_rows
+from handlers.recall import Columns, KeywordMode, RankOptions, keyword_weights, rank_rows
 from handlers.text import query_keywords
 from handlers.topk_rows import member
-from handlers.vector_index import EXACT, VectorIndex
 from schema.memory import RecallRequest
 
 # Two memories without a session are neighbours only if stored this close in time: a chat's turns
@@ -53,32 +53,20 @@ def expanded_rank(
     columns: Columns,
     req: RecallRequest,
     *,
-    now: int,
-    query_vector: tuple[str, npt.NDArray[np.float32]] | None,
-    keyword_mode: KeywordMode = "share",
-    excluded: set[str] | frozenset[str] = frozenset(),
     expansion: Expansion = Expansion(),
-    vector_index: VectorIndex = EXACT,
+    **options: Unpack[RankOptions],
 ) -> list[tuple[str, float]]:
     """The top `limit` as (id, expanded score), the score then newer timestamp (ties keep the
     formula's order); the formula's filters hold (only memories that pass them take part) and
     `minScore` applies to the expanded score."""
     wide = msgspec.structs.replace(req, limit=max(req.limit, expansion.pool), min_score=UNSET)
-    found = rank_rows(
-        columns,
-        wide,
-        now=now,
-        query_vector=query_vector,
-        keyword_mode=keyword_mode,
-        excluded=excluded,
-        vector_index=vector_index,
-    )
+    found = rank_rows(columns, wide, **options)
     if not found:
         return []
     slots = np.array([slot for slot, _ in found], dtype=np.int64)
     score = np.array([value for _, value in found], dtype=np.float64)
     if expansion.keyword != FORMULA_KEYWORD_WEIGHT:
-        share = keyword_share(columns, req.query, keyword_mode, slots)
+        share = keyword_share(columns, req.query, options.get("keyword_mode", "share"), slots)
         score += (expansion.keyword - FORMULA_KEYWORD_WEIGHT) * share
     lifted = neighbour_scores(columns, slots, score, expansion)
     timestamp = columns.timestamp[slots]

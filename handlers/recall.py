@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, Required, TypedDict, Unpack
 
 import apsw
 import msgspec
@@ -222,27 +222,22 @@ def scores(
     return total
 
 
+class RankOptions(TypedDict, total=False):
+    """What a ranking is asked with besides the request: `rank_rows`'s keyword arguments, which
+    `rank` and the expanded mode (handlers/expand.py) hand on as they are."""
+
+    now: Required[int]
+    query_vector: Required[tuple[str, npt.NDArray[np.float32]] | None]
+    keyword_mode: KeywordMode
+    excluded: set[str] | frozenset[str]
+    vector_index: VectorIndex
+
+
 def rank(
-    columns: Columns,
-    req: RecallRequest,
-    *,
-    now: int,
-    query_vector: tuple[str, npt.NDArray[np.float32]] | None,
-    keyword_mode: KeywordMode = "share",
-    excluded: set[str] | frozenset[str] = frozenset(),
-    vector_index: VectorIndex = EXACT,
+    columns: Columns, req: RecallRequest, **options: Unpack[RankOptions]
 ) -> list[tuple[str, float]]:
     """`rank_rows` as (id, score)."""
-    found = rank_rows(
-        columns,
-        req,
-        now=now,
-        query_vector=query_vector,
-        keyword_mode=keyword_mode,
-        excluded=excluded,
-        vector_index=vector_index,
-    )
-    return ids_of(columns, found)
+    return ids_of(columns, rank_rows(columns, req, **options))
 
 
 def rank_rows(
