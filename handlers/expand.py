@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 from msgspec import UNSET
 
-from handlers.recall import Columns, KeywordMode, RankOptions, keyword_weights, rank_rows
+from handlers.recall import Columns, RankOptions, Terms, keyword_weights, rank_rows
 from handlers.text import query_keywords
 from handlers.topk_rows import member
 from schema.memory import RecallRequest
@@ -60,14 +60,17 @@ def expanded_rank(
     formula's order); the formula's filters hold (only memories that pass them take part) and
     `minScore` applies to the expanded score."""
     wide = msgspec.structs.replace(req, limit=max(req.limit, expansion.pool), min_score=UNSET)
+    if "terms" not in options:  # found once, for the ranking and the stage
+        keywords = query_keywords(req.query)
+        options["terms"] = keyword_weights(columns, keywords, options.get("keyword_mode", "share"))
+    terms = options["terms"]
     found = rank_rows(columns, wide, **options)
     if not found:
         return []
     slots = np.array([slot for slot, _ in found], dtype=np.int64)
     score = np.array([value for _, value in found], dtype=np.float64)
     if expansion.keyword != FORMULA_KEYWORD_WEIGHT:
-        share = keyword_share(columns, req.query, options.get("keyword_mode", "share"), slots)
-        score += (expansion.keyword - FORMULA_KEYWORD_WEIGHT) * share
+        score += (expansion.keyword - FORMULA_KEYWORD_WEIGHT) * keyword_share(terms, slots)
     lifted = neighbour_scores(columns, slots, score, expansion)
     timestamp = columns.timestamp[slots]
     # Pool order breaks ties on id (rank's order), so a stable sort on score, then newer, keeps it.
@@ -80,14 +83,14 @@ def expanded_rank(
     ]
 
 
-def keyword_share(
-    columns: Columns, query: str, mode: KeywordMode, slots: npt.NDArray[np.int64]
-) -> npt.NDArray[np.float64]:
+def keyword_share(terms: Terms, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
     """Each slot's keyword term before its weight (0 to 1), as the formula counts it."""
+    by_slot = np.argsort(slots)
+    ascending = slots[by_slot]
     share = np.zeros(len(slots), dtype=np.float64)
-    for posting, weight in keyword_weights(columns, query_keywords(query), mode):
-        if posting is not None:  # sorted: a binary search per slot, not a set of the posting
-            share[member(posting, slots)] += weight
+    for posting, weight in terms:
+        if posting is not None:  # sorted: binary searches, not a set of the posting
+            share[by_slot[member(posting, ascending, ascending=True)]] += weight
     return share
 
 

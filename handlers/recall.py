@@ -42,6 +42,8 @@ Ranked = list[tuple[int, float]]
 
 # Rows of a posting: int32 in the recall index (worker/recall_index/postings.py).
 Posting = npt.NDArray[np.int32]
+# A query's keywords as `keyword_weights` gives them: each one's posting and its share.
+Terms = list[tuple[Posting | None, float]]
 
 
 class Postings(Protocol):
@@ -146,9 +148,7 @@ def stem_posting(postings: Postings, stemmed: str) -> Posting | None:
     return np.unique(np.concatenate(found))
 
 
-def keyword_weights(
-    columns: Columns, keywords: list[str], mode: KeywordMode
-) -> list[tuple[Posting | None, float]]:
+def keyword_weights(columns: Columns, keywords: list[str], mode: KeywordMode) -> Terms:
     """Each query keyword's posting (its rows in this snapshot) and its share of the keyword term.
 
     `share` weighs every keyword alike, as the contract says; `idf` weighs rare ones more (a
@@ -202,14 +202,18 @@ def scores(
     now: int,
     query_vector: tuple[str, npt.NDArray[np.float32]] | None,
     keyword_mode: KeywordMode = "share",
+    terms: Terms | None = None,
 ) -> npt.NDArray[np.float64]:
+    """Every row's score; `terms`: the query's `keyword_weights`, when the caller has them."""
     rows = columns.rows
+    if terms is None:
+        terms = keyword_weights(columns, query_keywords(query), keyword_mode)
     recency = columns.growth[:rows] * 0.5 ** ((now - columns.anchor_ms) / WEEK_MS)
     np.minimum(recency, 1.0, out=recency)
     recency *= 0.10
     total: npt.NDArray[np.float64] = recency
     total += columns.static[:rows]
-    for posting, weight in keyword_weights(columns, query_keywords(query), keyword_mode):
+    for posting, weight in terms:
         if posting is not None:  # a posting holds a row once: `total[posting] +=`, 3x faster
             np.add.at(total, posting, 0.25 * weight)
     if query_vector is not None and query_vector[0] in columns.vectors:
@@ -231,6 +235,7 @@ class RankOptions(TypedDict, total=False):
     keyword_mode: KeywordMode
     excluded: set[str] | frozenset[str]
     vector_index: VectorIndex
+    terms: Terms
 
 
 def rank(
@@ -249,6 +254,7 @@ def rank_rows(
     keyword_mode: KeywordMode = "share",
     excluded: set[str] | frozenset[str] = frozenset(),
     vector_index: VectorIndex = EXACT,
+    terms: Terms | None = None,
 ) -> Ranked:
     """The exact top `limit` as (slot, score): score, then newer timestamp, then ascending id,
     over the memories that pass the filters (all on the columns); `excluded` holds the ids left
@@ -256,9 +262,12 @@ def rank_rows(
     `vector_index` applies, the top of a shortlist picked with the codes (approximate).
 
     Without a usable query vector a large agent is ranked by handlers/topk.py, which scores
-    only the memories that can still win; `rank_all` scores every one (and is its reference)."""
+    only the memories that can still win; `rank_all` scores every one (and is its reference).
+    `terms`: the query's `keyword_weights`, when the caller has them (they are found once)."""
     rows = columns.rows
     bounds = columns.bounds
+    if terms is None:
+        terms = keyword_weights(columns, query_keywords(req.query), keyword_mode)
     with_vector = (
         query_vector is not None
         and query_vector[0] in columns.vectors
@@ -278,19 +287,26 @@ def rank_rows(
             keyword_mode=keyword_mode,
             excluded=excluded,
             vector_index=vector_index,
+            terms=terms,
         )
     found = topk.rank_without_vector(
         columns,
         req,
         now=now,
-        keyword_mode=keyword_mode,
+        terms=terms,
         excluded=topk.excluded_slots(columns, excluded),
         bounds=bounds,
     )
     if found is not None:
         return found
     return rank_all(
-        columns, req, now=now, query_vector=None, keyword_mode=keyword_mode, excluded=excluded
+        columns,
+        req,
+        now=now,
+        query_vector=None,
+        keyword_mode=keyword_mode,
+        excluded=excluded,
+        terms=terms,
     )
 
 
@@ -303,6 +319,7 @@ def rank_all(
     keyword_mode: KeywordMode = "share",
     excluded: set[str] | frozenset[str] = frozenset(),
     vector_index: VectorIndex = EXACT,
+    terms: Terms | None = None,
 ) -> Ranked:
     """`rank` by scoring every memory of the agent that passes the filters (with the codes, of
     a shortlist of them)."""
@@ -334,16 +351,23 @@ def rank_all(
         assert query_vector is not None
         if not eligible.any():
             return []
+        if terms is None:
+            terms = keyword_weights(columns, query_keywords(req.query), keyword_mode)
         candidates, score = shortlist_scores(
-            columns, req.query, eligible, now=now, query_vector=query_vector,
-            keyword_mode=keyword_mode, candidates=vector_index.candidates,
+            columns, terms, eligible, now=now, query_vector=query_vector,
+            candidates=vector_index.candidates,
         )  # fmt: skip
         return top_of(columns, candidates, score, req)
     candidates = np.flatnonzero(eligible)
     if len(candidates) == 0:
         return []
     score = scores(
-        columns, req.query, now=now, query_vector=query_vector, keyword_mode=keyword_mode
+        columns,
+        req.query,
+        now=now,
+        query_vector=query_vector,
+        keyword_mode=keyword_mode,
+        terms=terms,
     )[candidates]
     return top_of(columns, candidates, score, req)
 
@@ -404,12 +428,11 @@ def approximate(
 
 def shortlist_scores(
     columns: Columns,
-    query: str,
+    terms: Terms,
     eligible: npt.NDArray[np.bool_],
     *,
     now: int,
     query_vector: tuple[str, npt.NDArray[np.float32]],
-    keyword_mode: KeywordMode,
     candidates: int,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """The shortlist's rows and their exact scores, the cosine from their float32 rows alone.
@@ -420,7 +443,6 @@ def shortlist_scores(
     model, vector = query_vector
     rows = columns.rows
     c = 0.5 ** ((now - columns.anchor_ms) / WEEK_MS)
-    terms = keyword_weights(columns, query_keywords(query), keyword_mode)
     static, grown = (
         (columns.static, columns.growth) if columns.estimates is None else columns.estimates
     )

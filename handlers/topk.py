@@ -22,7 +22,6 @@ import numpy.typing as npt
 from msgspec import UNSET
 
 from handlers import recall
-from handlers.text import query_keywords
 from handlers.topk_rows import BlockBounds, Filter, Rows, Scores, Top, in_ranges, member
 from schema.memory import RecallRequest
 
@@ -34,17 +33,6 @@ SLACK = 1e-9
 ESSENTIAL_SHARE = 1 / 16
 # When blocks holding more than this share of the rows are still in play, scanning all is faster.
 FULL_SCAN_SHARE = 0.5
-
-
-Term = tuple[int, Rows, float]  # (place in the query's order, posting below `rows`, weight)
-
-
-def weighted_terms(
-    columns: recall.Columns, mode: recall.KeywordMode, query: str
-) -> list[tuple[Rows | None, float]]:
-    """`recall.keyword_weights` of the query, postings as slot arrays."""
-    terms = recall.keyword_weights(columns, query_keywords(query), mode)
-    return [(None if p is None else p.astype(np.int64), weight) for p, weight in terms]
 
 
 def excluded_slots(
@@ -78,14 +66,15 @@ def rank_without_vector(
     req: RecallRequest,
     *,
     now: int,
-    keyword_mode: recall.KeywordMode,
+    terms: recall.Terms,
     excluded: Rows,
     bounds: BlockBounds,
     essential_share: float = ESSENTIAL_SHARE,
     full_scan_share: float = FULL_SCAN_SHARE,
 ) -> recall.Ranked | None:
-    """`recall.rank`'s answer without a query vector (`excluded`: the slots left out), or None
-    when the bounds leave so many memories in play that `recall.rank_all` is faster."""
+    """`recall.rank`'s answer without a query vector (`terms`: the query's keyword weights,
+    `excluded`: the slots left out), or None when the bounds leave so many memories in play
+    that `recall.rank_all` is faster."""
     if columns.rows == 0:
         return []
     session_code = None
@@ -93,7 +82,7 @@ def rank_without_vector(
         session_code = columns.session_codes.get(req.session_id)
         if session_code is None:
             return []
-    ranking = Ranking(columns, req, now, keyword_mode, Filter(columns, req, excluded, session_code))
+    ranking = Ranking(columns, req, now, terms, Filter(columns, req, excluded, session_code))
     driver = ranking.passes.driver()
     if driver is not None and len(driver) <= columns.rows * essential_share:
         ranking.settle(driver, {}, ranking.present)
@@ -113,12 +102,13 @@ class Ranking:
         columns: recall.Columns,
         req: RecallRequest,
         now: int,
-        keyword_mode: recall.KeywordMode,
+        terms: recall.Terms,
         passes: Filter,
     ) -> None:
         self.columns, self.passes = columns, passes
         self.c = 0.5 ** ((now - columns.anchor_ms) / recall.WEEK_MS)
-        self.terms = weighted_terms(columns, keyword_mode, req.query)
+        # Postings in their own integer type: a million-row posting copied to int64 cost 1 ms.
+        self.terms = terms
         # Keywords some row has, heaviest first (then rarest): MaxScore's order.
         self.present = [
             at for at, (posting, _) in enumerate(self.terms) if posting is not None and len(posting)
@@ -126,7 +116,7 @@ class Ranking:
         self.present.sort(key=lambda at: (-self.weight(at), len(self.posting(at))))
         self.top = Top(req.limit, -math.inf if req.min_score is UNSET else req.min_score)
 
-    def posting(self, at: int) -> Rows:
+    def posting(self, at: int) -> recall.Posting:
         posting = self.terms[at][0]
         assert posting is not None
         return posting
@@ -145,6 +135,7 @@ class Ranking:
         the postings of the keywords `settled` before. `hits`: the keywords already known for
         them (which rows have each); `unknown`: the keywords to look up, heaviest first,
         dropping rows as soon as their bound falls below the k-th score."""
+        rows = rows.astype(np.int64, copy=False)  # an int32 index is converted at each gather
         score = prior(self.columns, rows, self.c)
         bound = score + SLACK + 0.25 * sum(self.weight(at) for at in unknown)
         for at, hit in hits.items():

@@ -17,7 +17,7 @@ from handlers.taxonomy import CATEGORY_CODES, SENSITIVITY_CODES, categories_of
 from schema.memory import RecallRequest
 
 BLOCK = 4096
-Rows = npt.NDArray[np.int64]
+Rows = npt.NDArray[np.signedinteger[Any]]  # slots: int64, or a posting's int32
 Scores = npt.NDArray[np.float64]
 
 
@@ -168,8 +168,9 @@ def in_ranges(sorted_slots: Rows, starts: Rows, ends: Rows) -> npt.NDArray[np.bo
     reads only the slots inside the ranges, not every row of them."""
     lengths = ends - starts
     found = np.zeros(int(lengths.sum()), dtype=np.bool_)
-    low = np.searchsorted(sorted_slots, starts)
-    high = np.searchsorted(sorted_slots, ends)
+    kind = sorted_slots.dtype  # keys of another type would copy the posting to theirs
+    low = np.searchsorted(sorted_slots, starts.astype(kind, copy=False))
+    high = np.searchsorted(sorted_slots, ends.astype(kind, copy=False))
     offset = 0
     for start, length, lo, hi in zip(starts, lengths, low, high, strict=True):
         if hi > lo:

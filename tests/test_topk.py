@@ -13,7 +13,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers.recall import KeywordMode, ids_of, rank, rank_all
+from handlers.recall import KeywordMode, ids_of, keyword_weights, rank, rank_all
+from handlers.text import query_keywords
 from handlers.topk import FAST_FROM, excluded_slots, rank_without_vector
 from handlers.topk_rows import BlockBounds
 from schema.memory import RecallRequest
@@ -145,7 +146,7 @@ def test_skipping_ranking_equals_the_full_scan(
         snapshot,
         request,
         now=NOW,
-        keyword_mode=mode,
+        terms=keyword_weights(snapshot, query_keywords(query), mode),
         excluded=excluded_slots(snapshot, excluded),
         bounds=index.bounds,
         essential_share=share,
