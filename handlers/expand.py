@@ -14,6 +14,7 @@ bus: a pure function of the columns and the formula.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Unpack
 
@@ -25,6 +26,7 @@ from msgspec import UNSET
 from handlers.recall import Columns, RankOptions, Terms, keyword_weights, rank_rows
 from handlers.text import query_keywords
 from handlers.topk_rows import member
+from handlers.vector_index import EXACT
 from schema.memory import RecallRequest
 
 # Two memories without a session are neighbours only if stored this close in time: a chat's turns
@@ -47,6 +49,11 @@ class Expansion:
     keyword: float = 0.8
     # Slots searched on each side for the turns: stores sent together commit a few out of order.
     reach: int = 32
+    # The keyword term's weight in the estimate that picks a vector index's shortlist: the pool
+    # is the formula's (0.25), but the stage lifts the memories rich in keywords (0.8), which a
+    # shortlist picked on the formula's weight missed: at a million memories the top 10's
+    # recall against exact vectors went from 0.80 to 0.93 (README, "One agent of a million").
+    shortlist_keyword: float = 0.5
 
 
 def expanded_rank(
@@ -64,6 +71,8 @@ def expanded_rank(
         keywords = query_keywords(req.query)
         options["terms"] = keyword_weights(columns, keywords, options.get("keyword_mode", "share"))
     terms = options["terms"]
+    index = options.get("vector_index", EXACT)
+    options["vector_index"] = dataclasses.replace(index, keyword_weight=expansion.shortlist_keyword)
     found = rank_rows(columns, wide, **options)
     if not found:
         return []

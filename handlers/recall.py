@@ -44,6 +44,10 @@ Ranked = list[tuple[int, float]]
 Posting = npt.NDArray[np.int32]
 # A query's keywords as `keyword_weights` gives them: each one's posting and its share.
 Terms = list[tuple[Posting | None, float]]
+# A keyword worth less than this in the score is left out of the estimate that picks a vector
+# index's shortlist (not out of the scores): it moves the estimate less than the codes' own error
+# on the cosine does, and a common word's million-row posting cost the estimate 1 ms.
+NEGLIGIBLE = 0.01
 
 
 class Postings(Protocol):
@@ -355,7 +359,7 @@ def rank_all(
             terms = keyword_weights(columns, query_keywords(req.query), keyword_mode)
         candidates, score = shortlist_scores(
             columns, terms, eligible, now=now, query_vector=query_vector,
-            candidates=vector_index.candidates,
+            candidates=vector_index.candidates, keyword_weight=vector_index.keyword_weight,
         )  # fmt: skip
         return top_of(columns, candidates, score, req)
     candidates = np.flatnonzero(eligible)
@@ -434,12 +438,15 @@ def shortlist_scores(
     now: int,
     query_vector: tuple[str, npt.NDArray[np.float32]],
     candidates: int,
+    keyword_weight: float = 0.25,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """The shortlist's rows and their exact scores, the cosine from their float32 rows alone.
 
     The shortlist is picked on an estimate of every row's other terms in fewer passes than
-    `scores` takes (the passes over a million rows are most of the cost); the shortlist's own
-    scores are then the same operations as `scores`, in the same order, on its rows only."""
+    `scores` takes (the passes over a million rows are most of the cost), the keyword term
+    weighed `keyword_weight` (the formula's 0.25, or more for a ranking that will weigh it
+    more); the shortlist's own scores are then the same operations as `scores`, in the same
+    order, on its rows only."""
     model, vector = query_vector
     rows = columns.rows
     c = 0.5 ** ((now - columns.anchor_ms) / WEEK_MS)
@@ -451,8 +458,8 @@ def shortlist_scores(
     np.minimum(estimate, kind(0.10), out=estimate)
     estimate += static[:rows]
     for posting, weight in terms:
-        if posting is not None:
-            np.add.at(estimate, posting, kind(0.25 * weight))
+        if posting is not None and keyword_weight * weight >= NEGLIGIBLE:
+            np.add.at(estimate, posting, kind(keyword_weight * weight))
     has_vector = columns.has_vector[model]
     picked = shortlist(estimate, eligible, columns.codes[model], has_vector, vector, candidates)
     score = topk.prior(columns, picked, c)

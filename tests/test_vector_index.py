@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers.recall import Columns, rank, scores
+from handlers.recall import Columns, keyword_weights, rank, scores, shortlist_scores
 from handlers.vector_index import EXACT, VectorIndex, best_rows, hamming, shortlist, sign_codes
 from schema.memory import RecallRequest
 from tests.conftest import worker_config
@@ -107,6 +107,34 @@ def test_the_index_returns_the_exact_top_k_whenever_the_shortlist_holds_it(
             assert every[index.slot_of(found)] == pytest.approx(
                 every[index.slot_of(wanted)], abs=1e-7
             )
+
+
+def test_the_shortlist_weighs_keywords_as_the_index_asks() -> None:
+    """40 memories near the query vector and one far from it holding the query's keyword: a
+    shortlist picked on the formula's keyword weight (0.25) leaves the far one out, one picked
+    on 0.8 (as the expanded mode weighs keywords more) takes it in; either way the shortlist's
+    scores are the exact formula's."""
+    rng = np.random.default_rng(11)
+    query = normalise(rng.standard_normal(DIM).tolist())[0]
+    index = AgentIndex(anchor_ms=NOW - WEEK, codes=True)
+    for n in range(40):
+        close = query + 0.03 * rng.standard_normal(DIM).astype(np.float32)  # a cosine ~0.96
+        index.upsert(row_of(f"near{n:02d}", close, days=1, importance=0.5))
+    far = rng.standard_normal(DIM).astype(np.float32)
+    far -= (far @ query) * query  # orthogonal: a cosine of 0
+    index.upsert(row_of("special", far, days=1, importance=0.5))
+    columns = index.columns()
+    terms = keyword_weights(columns, ["special"], "share")
+    every = scores(columns, "special", now=NOW, query_vector=("m", query))
+    picked = {}
+    for weight in (0.25, 0.8):
+        rows, score = shortlist_scores(
+            columns, terms, columns.live[: columns.rows].copy(), now=NOW,
+            query_vector=("m", query), candidates=5, keyword_weight=weight,
+        )  # fmt: skip
+        assert score.tolist() == pytest.approx(every[rows].tolist(), abs=1e-7)
+        picked[weight] = {columns.ids[int(row)] for row in rows}
+    assert "special" not in picked[0.25] and "special" in picked[0.8]
 
 
 def test_a_near_neighbour_among_noise_makes_a_small_shortlist_and_ranks_first() -> None:
