@@ -76,8 +76,8 @@ def _recall(
         pinned = recall_handler.pinned_memories(conn, tenant, req.agent_id, req)
     excluded = frozenset(memory.id for memory in pinned or ())
     # Expanded: the formula's ranking, reordered (handlers/expand.py).
-    ranking = expand.expanded_rank if s.config.recall == "expanded" else recall_handler.rank
-    ranked = ranking(
+    ranking = expand.expanded_rows if s.config.recall == "expanded" else recall_handler.rank_rows
+    rows = ranking(
         found.columns,
         req,
         now=now,
@@ -86,9 +86,12 @@ def _recall(
         excluded=excluded,
         vector_index=VectorIndex(s.config.vector_index, s.config.vector_candidates),
     )
-    if not ranked:
+    if not rows:
         return RecallReply(memories=[], pinned=pinned), now
-    counts = found.count_access(conn, [memory_id for memory_id, _ in ranked])
+    ranked = recall_handler.ids_of(found.columns, rows)
+    counts = found.count_access(
+        conn, [(memory_id, slot) for (memory_id, _), (slot, _) in zip(ranked, rows, strict=True)]
+    )
     reply = recall_handler.recalled_memories(conn, tenant, req.agent_id, ranked, counts, now=now)
     return msgspec.structs.replace(reply, pinned=pinned), now
 

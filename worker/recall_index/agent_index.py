@@ -278,18 +278,25 @@ class AgentIndex:
                     self.codes[model] = np.zeros(shape, dtype=np.uint64)
                 self.codes[model][:, at] = sign_codes(vector[None])[:, 0]
 
-    def unknown_access(self, memory_ids: list[str]) -> list[str]:
-        """The ids among these whose access count is not held here yet."""
+    def live_slot(self, memory_id: str, at: int) -> int | None:
+        """The memory's live slot, given the slot a snapshot found it at: that one while it is
+        live (a slot never holds another id), else a lookup (it moved, or was removed)."""
+        return at if self.column("live")[at] else self.slot_of(memory_id)
+
+    def unknown_access(self, ranked: list[tuple[str, int]]) -> list[str]:
+        """The ids among these (id, slot) whose access count is not held here yet."""
         return [
-            i for i in memory_ids if (at := self.slot_of(i)) is not None and at not in self.access
+            memory_id
+            for memory_id, slot in ranked
+            if (at := self.live_slot(memory_id, slot)) is not None and at not in self.access
         ]
 
-    def count_access(self, memory_ids: list[str], stored: dict[str, int]) -> dict[str, int]:
-        """Add one access to each (live) memory; their counts after it. `stored` holds the
-        counts SQLite had for those whose count is not held here yet."""
+    def count_access(self, ranked: list[tuple[str, int]], stored: dict[str, int]) -> dict[str, int]:
+        """Add one access to each (live) memory, given as (id, slot); their counts after it.
+        `stored` holds the counts SQLite had for those whose count is not held here yet."""
         counts = {}
-        for memory_id in memory_ids:
-            at = self.slot_of(memory_id)
+        for memory_id, slot in ranked:
+            at = self.live_slot(memory_id, slot)
             if at is not None:
                 count = self.access.get(at)
                 count = stored.get(memory_id, 0) if count is None else count

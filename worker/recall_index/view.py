@@ -43,11 +43,12 @@ class Snapshot:
         self._lock = lock
         self._key = key
 
-    def count_access(self, conn: apsw.Connection, memory_ids: list[str]) -> dict[str, int]:
-        """Count one access of each memory in the index; their counts after it. A count not
-        held yet is read from conn first (outside the lock)."""
+    def count_access(self, conn: apsw.Connection, ranked: list[tuple[str, int]]) -> dict[str, int]:
+        """Count one access of each memory in the index, given as (id, its slot in these
+        columns); their counts after it. A count not held yet is read from conn first (outside
+        the lock)."""
         with self._lock:
-            unknown = self._agent.unknown_access(memory_ids)
+            unknown = self._agent.unknown_access(ranked)
         stored: dict[str, int] = {}
         if unknown:
             marks = ",".join("?" * len(unknown))
@@ -59,4 +60,4 @@ class Snapshot:
                 )
             )
         with self._lock:
-            return self._agent.count_access(memory_ids, stored)
+            return self._agent.count_access(ranked, stored)
