@@ -23,7 +23,15 @@ import numpy as np
 import numpy.typing as npt
 from msgspec import UNSET
 
-from handlers.recall import Columns, RankOptions, Terms, keyword_weights, rank_rows
+from handlers.recall import (
+    Columns,
+    Ranked,
+    RankOptions,
+    Terms,
+    ids_of,
+    keyword_weights,
+    rank_rows,
+)
 from handlers.text import query_keywords
 from handlers.topk_rows import member
 from handlers.vector_index import EXACT
@@ -63,7 +71,18 @@ def expanded_rank(
     expansion: Expansion = Expansion(),
     **options: Unpack[RankOptions],
 ) -> list[tuple[str, float]]:
-    """The top `limit` as (id, expanded score), the score then newer timestamp (ties keep the
+    """`expanded_rows` as (id, expanded score)."""
+    return ids_of(columns, expanded_rows(columns, req, expansion=expansion, **options))
+
+
+def expanded_rows(
+    columns: Columns,
+    req: RecallRequest,
+    *,
+    expansion: Expansion = Expansion(),
+    **options: Unpack[RankOptions],
+) -> Ranked:
+    """The top `limit` as (slot, expanded score), the score then newer timestamp (ties keep the
     formula's order); the formula's filters hold (only memories that pass them take part) and
     `minScore` applies to the expanded score."""
     wide = msgspec.structs.replace(req, limit=max(req.limit, expansion.pool), min_score=UNSET)
@@ -85,11 +104,7 @@ def expanded_rank(
     # Pool order breaks ties on id (rank's order), so a stable sort on score, then newer, keeps it.
     order = np.lexsort((-timestamp, -lifted))[: req.limit]
     floor = -1.0 if req.min_score is UNSET else req.min_score
-    return [
-        (columns.ids[int(slots[at])], float(lifted[at]))
-        for at in order.tolist()
-        if lifted[at] >= floor
-    ]
+    return [(int(slots[at]), float(lifted[at])) for at in order.tolist() if lifted[at] >= floor]
 
 
 def keyword_share(terms: Terms, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
@@ -97,9 +112,9 @@ def keyword_share(terms: Terms, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.
     by_slot = np.argsort(slots)
     ascending = slots[by_slot]
     share = np.zeros(len(slots), dtype=np.float64)
-    for posting, weight in terms:
+    for posting, weight, dense in terms:
         if posting is not None:  # sorted: binary searches, not a set of the posting
-            share[by_slot[member(posting, ascending, ascending=True)]] += weight
+            share[by_slot[member(posting, ascending, ascending=True, dense=dense)]] += weight
     return share
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, Required, TypedDict, Unpack
+from typing import Any, Literal, NamedTuple, Protocol, Required, TypedDict, Unpack
 
 import apsw
 import msgspec
@@ -42,8 +42,18 @@ Ranked = list[tuple[int, float]]
 
 # Rows of a posting: int32 in the recall index (worker/recall_index/postings.py).
 Posting = npt.NDArray[np.int32]
-# A query's keywords as `keyword_weights` gives them: each one's posting and its share.
-Terms = list[tuple[Posting | None, float]]
+
+
+class Term(NamedTuple):
+    """A query keyword as `keyword_weights` gives it: its posting (None: no memory has it), its
+    share of the keyword term, and the posting's bits where the index keeps them."""
+
+    posting: Posting | None
+    weight: float
+    dense: topk_rows.Dense | None = None
+
+
+Terms = list[Term]
 # A keyword worth less than this in the score is left out of the estimate that picks a vector
 # index's shortlist (not out of the scores): it moves the estimate less than the codes' own error
 # on the cosine does, and a common word's million-row posting cost the estimate 1 ms.
@@ -54,6 +64,8 @@ class Postings(Protocol):
     def get(self, token: str) -> Posting | None: ...
 
     def variants(self, stemmed: str) -> Sequence[str]: ...
+
+    def dense(self, token: str) -> topk_rows.Dense | None: ...
 
 
 @dataclass
@@ -144,12 +156,14 @@ def idf(rows: int, frequency: int) -> float:
     return math.log((rows - frequency + 0.5) / (frequency + 0.5) + 1.0)
 
 
-def stem_posting(postings: Postings, stemmed: str) -> Posting | None:
-    """Rows having any word with this stem, each once."""
-    found = [p for token in postings.variants(stemmed) if (p := postings.get(token)) is not None]
+def stem_posting(postings: Postings, stemmed: str) -> tuple[Posting | None, str | None]:
+    """Rows having any word with this stem, each once, and that word when it is the only one."""
+    found = [
+        (p, token) for token in postings.variants(stemmed) if (p := postings.get(token)) is not None
+    ]
     if len(found) <= 1:
-        return found[0] if found else None
-    return np.unique(np.concatenate(found))
+        return found[0] if found else (None, None)
+    return np.unique(np.concatenate([p for p, _ in found])), None
 
 
 def keyword_weights(columns: Columns, keywords: list[str], mode: KeywordMode) -> Terms:
@@ -167,11 +181,16 @@ def keyword_weights(columns: Columns, keywords: list[str], mode: KeywordMode) ->
     """
     if mode == "stems":
         stems = list(dict.fromkeys(stem(keyword) for keyword in keywords))
-        found = [stem_posting(columns.postings, stemmed) for stemmed in stems]
+        pairs = [stem_posting(columns.postings, stemmed) for stemmed in stems]
     else:
-        found = [columns.postings.get(keyword) for keyword in keywords]
-    if not found:
+        pairs = [(columns.postings.get(keyword), keyword) for keyword in keywords]
+    if not pairs:
         return []
+    found = [posting for posting, _ in pairs]
+    dense = [
+        None if posting is None or token is None else columns.postings.dense(token)
+        for posting, token in pairs
+    ]
     rows = columns.rows
     # The bound in the posting's own type: numpy would copy the posting to a Python int's.
     postings = [
@@ -196,7 +215,10 @@ def keyword_weights(columns: Columns, keywords: list[str], mode: KeywordMode) ->
         memories = max(1, alive)
         weights = [idf(memories, 0 if p is None else live_count(p)) for p in postings]
     total = sum(weights)
-    return [(posting, weight / total) for posting, weight in zip(postings, weights, strict=True)]
+    return [
+        Term(posting, weight / total, bits)
+        for posting, weight, bits in zip(postings, weights, dense, strict=True)
+    ]
 
 
 def scores(
@@ -217,7 +239,7 @@ def scores(
     recency *= 0.10
     total: npt.NDArray[np.float64] = recency
     total += columns.static[:rows]
-    for posting, weight in terms:
+    for posting, weight, _ in terms:
         if posting is not None:  # a posting holds a row once: `total[posting] +=`, 3x faster
             np.add.at(total, posting, 0.25 * weight)
     if query_vector is not None and query_vector[0] in columns.vectors:
@@ -457,15 +479,15 @@ def shortlist_scores(
     estimate = np.multiply(grown[:rows], kind(0.10 * c))
     np.minimum(estimate, kind(0.10), out=estimate)
     estimate += static[:rows]
-    for posting, weight in terms:
+    for posting, weight, _ in terms:
         if posting is not None and keyword_weight * weight >= NEGLIGIBLE:
             np.add.at(estimate, posting, kind(keyword_weight * weight))
     has_vector = columns.has_vector[model]
     picked = shortlist(estimate, eligible, columns.codes[model], has_vector, vector, candidates)
     score = topk.prior(columns, picked, c)
-    for posting, weight in terms:
+    for posting, weight, bits in terms:
         if posting is not None:
-            score[topk_rows.member(posting, picked, ascending=True)] += 0.25 * weight
+            score[topk_rows.member(posting, picked, ascending=True, dense=bits)] += 0.25 * weight
     # Not `@`: BLAS hands a thousand rows to its threads, whose wake-up cost 5-12 ms on a busy
     # machine against 0.1 ms for this single-threaded loop.
     if columns.vector_rows is None:

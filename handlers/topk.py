@@ -22,7 +22,7 @@ import numpy.typing as npt
 from msgspec import UNSET
 
 from handlers import recall
-from handlers.topk_rows import BlockBounds, Filter, Rows, Scores, Top, in_ranges, member
+from handlers.topk_rows import BlockBounds, Dense, Filter, Rows, Scores, Top, in_ranges, member
 from schema.memory import RecallRequest
 
 # Below this many rows the full scan (`recall.rank_all`) is as fast: a few vector operations.
@@ -111,18 +111,23 @@ class Ranking:
         self.terms = terms
         # Keywords some row has, heaviest first (then rarest): MaxScore's order.
         self.present = [
-            at for at, (posting, _) in enumerate(self.terms) if posting is not None and len(posting)
+            at
+            for at, (posting, _, _) in enumerate(self.terms)
+            if posting is not None and len(posting)
         ]
         self.present.sort(key=lambda at: (-self.weight(at), len(self.posting(at))))
         self.top = Top(req.limit, -math.inf if req.min_score is UNSET else req.min_score)
 
     def posting(self, at: int) -> recall.Posting:
-        posting = self.terms[at][0]
+        posting = self.terms[at].posting
         assert posting is not None
         return posting
 
     def weight(self, at: int) -> float:
-        return self.terms[at][1]
+        return self.terms[at].weight
+
+    def dense(self, at: int) -> Dense | None:
+        return self.terms[at].dense
 
     def settle(
         self,
@@ -142,7 +147,9 @@ class Ranking:
             bound[hit] += 0.25 * self.weight(at)
         keep = bound >= self.top.theta
         for at in settled:
-            keep[keep] &= ~member(self.posting(at), rows[keep], ascending=True)
+            keep[keep] &= ~member(
+                self.posting(at), rows[keep], ascending=True, dense=self.dense(at)
+            )
         keep[keep] &= self.passes.passing(rows[keep])
         rows, score, bound = rows[keep], score[keep], bound[keep]
         hits = {at: hit[keep] for at, hit in hits.items()}
@@ -155,13 +162,13 @@ class Ranking:
             kth = float(np.partition(lower, len(lower) - limit)[len(lower) - limit])
             theta = max(theta, kth - SLACK)
         for at in unknown:
-            hit = member(self.posting(at), rows, ascending=True)
+            hit = member(self.posting(at), rows, ascending=True, dense=self.dense(at))
             bound[~hit] -= 0.25 * self.weight(at)
             keep = bound >= theta
             rows, score, bound = rows[keep], score[keep], bound[keep]
             hits = {known: found[keep] for known, found in hits.items()}
             hits[at] = hit[keep]
-        for at, (_, weight) in enumerate(self.terms):  # the query's order, as `scores` adds
+        for at, (_, weight, _) in enumerate(self.terms):  # the query's order, as `scores` adds
             if at in hits:
                 score[hits[at]] += 0.25 * weight
         self.top.offer(rows, score)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from handlers.recall import KeywordMode, ids_of, keyword_weights, rank, rank_all
 from handlers.text import query_keywords
 from handlers.topk import FAST_FROM, excluded_slots, rank_without_vector
-from handlers.topk_rows import BlockBounds
+from handlers.topk_rows import BlockBounds, Dense, member
 from schema.memory import RecallRequest
 from schema.taxonomy import CATEGORIES, SENSITIVITIES
 from worker.recall_index.agent_index import AgentIndex, Row
@@ -168,3 +168,79 @@ def test_a_large_agent_without_a_query_vector_ranks_as_the_full_scan() -> None:
             expected = ids_of(columns, everything)
             found = rank(columns, request, now=NOW, query_vector=None, keyword_mode=mode)
             assert found == expected and len(found) == 10
+
+
+def test_postings_kept_as_bits_rank_as_the_full_scan_with_memories_added_since() -> None:
+    """A loaded agent's common words get bits (worker/recall_index/postings.py), rare ones do
+    not; memories stored after the load lie past the bits' `upto`. topk's answer, which tests
+    membership through the bits, is still the full scan's, for a top 10 and a top 500."""
+    index = AgentIndex(anchor_ms=NOW - 3 * WEEK)
+    rows = memories(5, FAST_FROM + 6000)
+    index.load(rows[:FAST_FROM])
+    for row in rows[FAST_FROM:]:
+        index.upsert(row)
+    common, rare = index.postings.dense("time"), index.postings.dense("rarer")
+    assert common is not None and rare is None
+    base = index.postings.base.get("time")
+    assert base is not None and common.upto == int(base[-1]) + 1
+    tail = index.postings.tail.get("time")
+    assert tail is not None and len(tail) and int(tail[0]) >= common.upto
+    columns = index.columns()
+    for mode in ("share", "idf", "stems"):
+        for query in ("time cat rare", "time the", "deploy stone the time"):
+            for limit in (10, 500):
+                request = RecallRequest(agent_id="a", query=query, limit=limit)
+                everything = rank_all(
+                    columns, request, now=NOW, query_vector=None, keyword_mode=mode
+                )
+                found = rank(columns, request, now=NOW, query_vector=None, keyword_mode=mode)
+                assert found == ids_of(columns, everything) and len(found) == limit
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    slots=st.lists(st.integers(0, 3000), min_size=1, max_size=400, unique=True),
+    rows=st.lists(st.integers(0, 3100), max_size=300, unique=True),
+    cut=st.integers(0, 400),
+)
+def test_membership_through_bits_equals_the_binary_search(
+    slots: list[int], rows: list[int], cut: int
+) -> None:
+    """member() with a posting's bits below `upto` (and its slots past it searched) answers
+    exactly as the binary search does, for rows in order or not."""
+    posting = np.array(sorted(slots), dtype=np.int32)
+    base = posting[: min(cut, len(posting))]
+    upto = int(base[-1]) + 1 if len(base) else 0
+    inside = np.zeros(upto, dtype=np.bool_)
+    inside[base] = True
+    dense = Dense(np.packbits(inside, bitorder="little"), upto)
+    wanted = np.array(rows, dtype=np.int64)
+    assert member(posting, wanted, dense=dense).tolist() == np.isin(wanted, posting).tolist()
+    ordered = np.sort(wanted)
+    found = member(posting, ordered, ascending=True, dense=dense)
+    assert found.tolist() == np.isin(ordered, posting).tolist()
+
+
+def test_accesses_are_counted_at_the_ranked_slot_or_where_the_memory_moved() -> None:
+    """A recall counts accesses by the slots its snapshot ranked: a memory still there is
+    counted at that slot, one stored again since (a new slot) at its new one, and one removed
+    since not at all (so the reply leaves it out)."""
+    index = AgentIndex(anchor_ms=NOW - 3 * WEEK)
+    rows = memories(seed=3, count=3)
+    for row in rows:
+        index.upsert(row)
+    kept, moved, removed = (row[0] for row in rows)
+    ranked = [
+        (memory_id, slot)
+        for memory_id in (kept, moved, removed)
+        if (slot := index.slot_of(memory_id)) is not None
+    ]
+    assert len(ranked) == 3
+    index.remove(moved)
+    index.upsert(rows[1])  # stored again: a new slot
+    index.remove(removed)
+    assert index.slot_of(moved) not in {slot for _, slot in ranked}
+    assert index.unknown_access(ranked) == [kept, moved]
+    counts = index.count_access(ranked, {kept: 4})
+    assert counts == {kept: 5, moved: 1}
+    assert index.count_access(ranked, {}) == {kept: 6, moved: 2}

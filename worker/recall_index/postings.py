@@ -14,11 +14,16 @@ import numpy as np
 import numpy.typing as npt
 
 from handlers.text import stem
+from handlers.topk_rows import Dense
 from worker.recall_index.mapping import mapped
 from worker.recall_index.strings import Strings
 
 Slots = npt.NDArray[np.int32]
 EMPTY: Slots = np.zeros(0, dtype=np.int32)
+# A token in at least 1/DENSE_SHARE of the slots its posting spans, and in DENSE_FROM of them,
+# gets bits for a recall's membership tests (Postings.dense): no larger than its posting.
+DENSE_SHARE = 32
+DENSE_FROM = 4096
 
 
 class GrowingLists:
@@ -189,6 +194,28 @@ class Postings(SlotLists):
         super().__init__(base)
         self.stems = stems or Csr.empty()  # stem -> positions of its tokens in base.keys
         self.new_variants: dict[str, list[str]] = {}  # stem -> tokens new since the base
+        self._dense: dict[str, Dense | None] = {}
+
+    def dense(self, token: str) -> Dense | None:
+        """The token's base slots as bits, when it is in at least 1/DENSE_SHARE of the slots
+        they span (so the bits take no more bytes than the slots), made at the first recall
+        that asks and kept: the base never changes. Slots added since are past `upto`."""
+        if token in self._dense:
+            return self._dense[token]
+        found = self.base.get(token)
+        made = None
+        if found is not None and len(found) >= DENSE_FROM:
+            upto = int(found[-1]) + 1
+            if len(found) * DENSE_SHARE >= upto:
+                inside = np.zeros(upto, dtype=np.bool_)
+                inside[found] = True
+                made = Dense(np.packbits(inside, bitorder="little"), upto)
+        self._dense[token] = made  # two readers making the same bits at once is harmless
+        return made
+
+    def nbytes(self) -> int:
+        bits = sum(d.bits.nbytes for d in list(self._dense.values()) if d is not None)
+        return super().nbytes() + bits
 
     @classmethod
     def gathered(cls, lists: Mapping[str, Iterable[int]]) -> Postings:
