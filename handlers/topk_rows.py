@@ -91,7 +91,10 @@ def member(
         hit: npt.NDArray[np.bool_] = ((dense.bits[at >> 3] >> (at & 7)) & 1).astype(np.bool_)
         above = rows >= dense.upto
         if above.any():
-            newer = sorted_slots[int(np.searchsorted(sorted_slots, dense.upto)) :]
+            # The bound in the posting's own type: a Python int would copy the posting.
+            newer = sorted_slots[
+                int(np.searchsorted(sorted_slots, sorted_slots.dtype.type(dense.upto))) :
+            ]
             hit[above] = member(newer, rows[above], ascending=ascending)
         return hit
     if len(sorted_slots) == 0:
