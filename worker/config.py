@@ -40,7 +40,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     # lifted by its stronger neighbours in the conversation (handlers/expand.py).
     recall: Literal["formula", "expanded"] = "expanded"
     metrics_port: Port = 0
-    metrics_host: str = "0.0.0.0"
+    # Loopback: the series name tenants; the deploy files set 0.0.0.0 where a scraper needs it.
+    metrics_host: str = "127.0.0.1"
     index_memory_mb: Annotated[int, msgspec.Meta(ge=16)] = 1024
     # The recall index keeps each agent's columns beside the database (`<file>.index/`), a
     # cache that opens memory-mapped at the next start (worker/recall_index/persist.py).
