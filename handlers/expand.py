@@ -8,8 +8,10 @@ contract's formula, which the `formula` mode keeps) and gives each a share of th
 strongest neighbour in the pool on that score: neighbours are the `turns` memories before and
 after it in time in the same session, or, for memories without a session, those within
 `SESSIONLESS_GAP_MS` of it (counted among the memories stored near it). The constants were
-chosen by cross-validation on LoCoMo (README "Recall quality and speed"). No database, clock or
-bus: a pure function of the columns and the formula.
+chosen by cross-validation on LoCoMo (README "Recall quality and speed"). The score reported is
+that stage score over the highest it can reach (`Expansion.ceiling`), so it lies in 0-1 as the
+formula's does and `minScore` means the same in both modes; the order is the stage score's. No
+database, clock or bus: a pure function of the columns and the formula.
 """
 
 from __future__ import annotations
@@ -63,6 +65,19 @@ class Expansion:
     # recall against exact vectors went from 0.80 to 0.93 (README, "One agent of a million").
     shortlist_keyword: float = 0.5
 
+    def __post_init__(self) -> None:
+        # A lift above 1 would carry a memory past its neighbour, and past `ceiling`.
+        if not (0.0 <= self.lift <= 1.0 and self.keyword >= 0.0):
+            raise ValueError(f"lift must be 0-1 and keyword >= 0: {self}")
+
+    @property
+    def ceiling(self) -> float:
+        """The highest stage score: the formula's terms but the keyword term at 1 (cosine,
+        recency, importance and confidence at most 0.75 together), the keyword term at
+        `keyword`. A lift of at most 1 never carries a memory above its neighbour's score,
+        so no expanded score exceeds it either: 1.55 at the default weight 0.8, 1 at 0.25."""
+        return 1.0 - FORMULA_KEYWORD_WEIGHT + self.keyword
+
 
 def expanded_rank(
     columns: Columns,
@@ -82,9 +97,10 @@ def expanded_rows(
     expansion: Expansion = Expansion(),
     **options: Unpack[RankOptions],
 ) -> Ranked:
-    """The top `limit` as (slot, expanded score), the score then newer timestamp (ties keep the
-    formula's order); the formula's filters hold (only memories that pass them take part) and
-    `minScore` applies to the expanded score."""
+    """The top `limit` as (slot, expanded score), by the stage score then newer timestamp (ties
+    keep the formula's order); the formula's filters hold (only memories that pass them take
+    part). The score given is the stage score over `expansion.ceiling` (0-1; a negative cosine's
+    below 0 is given as 0), and `minScore` applies to it."""
     wide = msgspec.structs.replace(req, limit=max(req.limit, expansion.pool), min_score=UNSET)
     if "terms" not in options:  # found once, for the ranking and the stage
         keywords = query_keywords(req.query)
@@ -103,8 +119,11 @@ def expanded_rows(
     timestamp = columns.timestamp[slots]
     # Pool order breaks ties on id (rank's order), so a stable sort on score, then newer, keeps it.
     order = np.lexsort((-timestamp, -lifted))[: req.limit]
+    # Scaled after ranking: a division could round two close scores into a tie.
+    given = np.clip(lifted[order] / expansion.ceiling, 0.0, 1.0)
     floor = -1.0 if req.min_score is UNSET else req.min_score
-    return [(int(slots[at]), float(lifted[at])) for at in order.tolist() if lifted[at] >= floor]
+    kept = zip(slots[order].tolist(), given.tolist(), strict=True)
+    return [(slot, score) for slot, score in kept if score >= floor]
 
 
 def keyword_share(terms: Terms, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:

@@ -13,7 +13,7 @@ import apsw
 
 from worker import commands
 from worker.commands import EXIT_CODES, Exit
-from worker.config import ConfigError, load_config, nats_url_problem
+from worker.config import ConfigError, load_config, nats_setting_problem
 from worker.db import DatabaseTooNew, migrate, open_db, unusable
 from worker.logs import configure_logging
 from worker.redact import redact
@@ -132,7 +132,7 @@ def _partitions(text: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     flags = {key: getattr(args, key, None) for key in ("nats_url", "db_path")}
-    if flags["nats_url"] is not None and (problem := nats_url_problem(flags["nats_url"])):
+    if flags["nats_url"] is not None and (problem := nats_setting_problem(flags["nats_url"])):
         print(f"memory-worker: --nats-url: {problem}", file=sys.stderr)
         return Exit.USAGE
     try:

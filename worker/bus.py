@@ -20,7 +20,7 @@ from nats.micro import add_service
 from nats.micro.request import Request as MicroRequest
 from nats.micro.service import EndpointConfig, Group, GroupManager, Service
 
-from worker.config import Config, nats_urls
+from worker.config import Config, nats_servers
 from worker.dispatch import Dispatcher
 from worker.redact import redact
 from worker.registry import Route, prefix_groups
@@ -97,6 +97,8 @@ async def connect(
 ) -> Any:
     """The worker's long-lived connection (reconnecting, logging its state), or with
     reconnect=False a short-lived quiet client connection for the CLI, given up after timeout.
+    url may list a cluster's servers, comma-separated (config.nats_servers): the worker's
+    connection moves among them; a client's tries them in turn, skipping those that fail.
 
     A refused CONNECT, TLS handshake or missing credentials file raises ConnectionFailed naming
     the server and the cause, instead of being retried forever; the worker still waits for a
@@ -140,7 +142,7 @@ async def connect(
 
     connecting = asyncio.ensure_future(
         nats.connect(
-            nats_urls(url),
+            nats_servers(url),
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
             error_cb=on_error,
@@ -168,7 +170,45 @@ async def connect(
 
 
 async def _connect_once(url: str, config: Config, options: dict[str, Any], timeout: float) -> Any:
-    """One attempt, ended by the first error or by timeout.
+    """The first of url's servers that answers, tried in the order listed within timeout.
+
+    Each server gets an equal share of the time still left for it and the ones after it: a
+    dead port fails at once and hands its share on, a server that never greets cannot use up
+    the others' time. ConnectionFailed names every server and why it failed."""
+    servers = nats_servers(url)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    failures: list[tuple[str, BaseException | None, float]] = []
+    for index, server in enumerate(servers):
+        share = max(deadline - loop.time(), 0.001) / (len(servers) - index)
+        try:
+            return await _attempt(server, options, share)
+        except _AttemptFailed as failed:
+            failures.append((server, failed.cause, share))
+    lines = [
+        describe_failure(server, config, cause)
+        if cause is not None
+        else f"cannot connect to NATS at {redact(server)}: no connection within {share:.3g}s"
+        for server, cause, share in failures
+    ]
+    last = failures[-1][1]
+    if len(lines) == 1:
+        raise ConnectionFailed(lines[0]) from last
+    raise ConnectionFailed(
+        f"none of the {len(lines)} NATS servers listed answered: " + "; ".join(lines)
+    ) from last
+
+
+class _AttemptFailed(Exception):
+    """One server did not give a connection; cause is its error, None when time ran out."""
+
+    def __init__(self, cause: BaseException | None) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+async def _attempt(server: str, options: dict[str, Any], timeout: float) -> Any:
+    """One attempt at one server, ended by its first error or by timeout.
 
     nats-py never gives up on a server that refuses the TCP connection unless
     max_reconnect_attempts is above 0: its server-selection loop reports the error to error_cb
@@ -181,7 +221,7 @@ async def _connect_once(url: str, config: Config, options: dict[str, Any], timeo
 
     connecting = asyncio.ensure_future(
         nats.connect(
-            nats_urls(url),
+            [server],
             allow_reconnect=False,
             max_reconnect_attempts=1,
             error_cb=on_error,
@@ -202,12 +242,7 @@ async def _connect_once(url: str, config: Config, options: dict[str, Any], timeo
             return connecting.result()
         if not failure.done():
             failure.set_result(error)
-    if failure.done():
-        cause = failure.result()
-        raise ConnectionFailed(describe_failure(url, config, cause)) from cause
-    raise ConnectionFailed(
-        f"cannot connect to NATS at {redact(url)}: no connection within {timeout:g}s"
-    )
+    raise _AttemptFailed(failure.result() if failure.done() else None)
 
 
 # The nats-py release whose private endpoint counters count_in_micro_stats writes. The pin in

@@ -78,7 +78,7 @@ from worker.client_errors import (
     refusal,
 )
 from worker.client_state import STATE_METHODS, StateMethods
-from worker.config import Config, load_config, nats_url_problem
+from worker.config import Config, load_config, nats_servers
 from worker.redact import redact
 from worker.registry import BY_TRIGGER
 
@@ -160,16 +160,16 @@ class MemoryClient(StateMethods):
         URL (when `url` is None), the subject prefix and the NATS credentials (user and
         password, token, creds file, TLS CA, certificate and key). `inbox_prefix` is the
         private inbox a tenant's user must use under the shipped NATS configuration.
+        `url` may list a cluster's servers, comma-separated: they are tried in turn and the
+        first that answers is used, a dead one skipped (worker/bus.py `connect`).
         Raises Unreachable when no connection is made within the timeout (refused, TLS,
-        credentials: the message names the server and the setting to look at), ValueError for
-        a URL that is not one NATS server."""
+        credentials: the message names each server and the setting to look at), ValueError
+        naming the entry of `url` that is not a NATS server's address."""
         from worker.bus import ConnectionFailed, connect
 
         config = load_config(os.environ) if config is None else config
         url = url or default_url(config)
-        problem = nats_url_problem(url)
-        if problem is not None:
-            raise ValueError(problem)
+        nats_servers(url)  # refused before any connection is tried
         try:
             nc = await connect(
                 url, config, reconnect=False, timeout=timeout, inbox_prefix=inbox_prefix
@@ -178,6 +178,13 @@ class MemoryClient(StateMethods):
             raise Unreachable(redact(str(error))) from None
         prefix = config.subject_prefix if subject_prefix is None else subject_prefix
         return cls(nc, url=url, subject_prefix=prefix, timeout=timeout)
+
+    @property
+    def server(self) -> str:
+        """The server this client is connected to (of a list, the one that answered), or the
+        URL it was given once the connection is gone."""
+        current = self.nc.connected_url
+        return str(current.geturl()) if current is not None else self.url
 
     @property
     def closed(self) -> bool:
@@ -203,7 +210,7 @@ class MemoryClient(StateMethods):
         """The reply's bytes to body sent on subject; a worker's error reply is raised as its
         class of schema/errors.py, a failure on the way as a ClientError."""
         wait = self.timeout if timeout is None else timeout
-        shown = redact(self.url)  # the URL may carry a password or token: never show it
+        shown = redact(self.server)  # the URL may carry a password or token: never show it
         try:
             msg = await self.nc.request(subject, body, timeout=wait)
         except nats.errors.MaxPayloadError:

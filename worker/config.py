@@ -40,7 +40,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     # lifted by its stronger neighbours in the conversation (handlers/expand.py).
     recall: Literal["formula", "expanded"] = "expanded"
     metrics_port: Port = 0
-    metrics_host: str = "0.0.0.0"
+    # Loopback: the series name tenants; the deploy files set 0.0.0.0 where a scraper needs it.
+    metrics_host: str = "127.0.0.1"
     index_memory_mb: Annotated[int, msgspec.Meta(ge=16)] = 1024
     # The recall index keeps each agent's columns beside the database (`<file>.index/`), a
     # cache that opens memory-mapped at the next start (worker/recall_index/persist.py).
@@ -160,15 +161,32 @@ def nats_url_problem(url: str) -> str | None:
     return None
 
 
-def nats_urls(url: str) -> list[str]:
-    """A comma-separated list of a cluster's servers, as MEMORY_WORKER_NATS_URL may name them."""
-    return [part.strip() for part in url.split(",")] if "," in url else [url]
+def nats_servers(setting: str) -> list[str]:
+    """The servers a NATS URL setting names, in its order: one URL, or a comma-separated list of
+    a cluster's. The one reader of MEMORY_WORKER_NATS_URL, `--nats-url` and the URL given to
+    MemoryClient.connect. Each is checked as one URL (nats_url_problem); ValueError says which
+    of the list is not a NATS server's address, and why."""
+    servers = [part.strip() for part in setting.split(",")] if "," in setting else [setting]
+    for number, url in enumerate(servers, 1):
+        if problem := nats_url_problem(url):
+            raise ValueError(
+                f"server {number} of {len(servers)}: {problem}" if len(servers) > 1 else problem
+            )
+    return servers
+
+
+def nats_setting_problem(setting: str) -> str | None:
+    """Why setting does not name NATS servers (nats_servers), or None if it does."""
+    try:
+        nats_servers(setting)
+    except ValueError as error:
+        return str(error)
+    return None
 
 
 def _check_semantics(config: Config) -> None:
-    for url in nats_urls(config.nats_url) if config.nats_url else ():
-        if problem := nats_url_problem(url):
-            raise ConfigError(f"{env_name('nats_url')}: {problem}")
+    if config.nats_url and (problem := nats_setting_problem(config.nats_url)):
+        raise ConfigError(f"{env_name('nats_url')}: {problem}")
     if config.mode == "sharded":
         _check_sharded(config)
     for field in ("consolidate_cron", "evict_cron"):

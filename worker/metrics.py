@@ -1,6 +1,9 @@
 """An optional Prometheus endpoint (MEMORY_WORKER_METRICS_PORT; off by default).
 
 The text exposition format is small enough to write directly, so no client library is added.
+The series name tenants, so the endpoint listens on loopback unless MEMORY_WORKER_METRICS_HOST
+says otherwise (the deploy files set 0.0.0.0 where a scraper needs it), and a connection gets
+HEAD_DEADLINE_S for its whole request head: a client trickling header lines cannot keep it.
 Request, in-flight and job figures come from the worker's telemetry (worker/telemetry.py);
 database gauges are counted at scrape time on a reader thread.
 """
@@ -20,6 +23,8 @@ from worker.telemetry import LATENCY_BUCKETS, Telemetry
 
 log = structlog.get_logger()
 PREFIX = "memory_worker"
+HEAD_DEADLINE_S = 5.0  # from accepting the connection to the blank line ending the head
+HEAD_MAX_BYTES = 16_384  # a scraper's GET is a few hundred bytes
 
 
 def _label(value: str) -> str:
@@ -108,6 +113,23 @@ async def render_metrics(telemetry: Telemetry, readers: Reads) -> str:
     return "\n".join(lines) + "\n"
 
 
+class HeadTooLarge(ValueError):
+    """The request head is longer than HEAD_MAX_BYTES."""
+
+
+async def _read_head(reader: asyncio.StreamReader) -> bytes:
+    """The request line, after reading the rest of the head up to its blank line."""
+    request_line = await reader.readline()
+    size = len(request_line)
+    while line := await reader.readline():
+        size += len(line)
+        if size > HEAD_MAX_BYTES:
+            raise HeadTooLarge(f"request head over {HEAD_MAX_BYTES} bytes")
+        if not line.strip():
+            break
+    return request_line
+
+
 class MetricsServer:
     def __init__(self, telemetry: Telemetry, readers: Reads, host: str, port: int) -> None:
         self._telemetry = telemetry
@@ -127,9 +149,7 @@ class MetricsServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request_line = await asyncio.wait_for(reader.readline(), 5)
-            while (await asyncio.wait_for(reader.readline(), 5)).strip():
-                pass
+            request_line = await asyncio.wait_for(_read_head(reader), HEAD_DEADLINE_S)
             parts = request_line.decode("latin-1").split()
             if len(parts) >= 2 and parts[0] == "GET" and parts[1].split("?")[0] == "/metrics":
                 body = (await render_metrics(self._telemetry, self._readers)).encode()

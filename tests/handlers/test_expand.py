@@ -61,18 +61,19 @@ def test_the_expanded_score_is_the_stage_score_plus_the_lift_share_of_the_neighb
     conn: apsw.Connection,
 ) -> None:
     """The stage's score is the formula's with the keyword term weighed `keyword` instead of
-    0.25; the answer, matching no keyword, takes `lift` of the hit's lead over it."""
+    0.25; the answer, matching no keyword, takes `lift` of the hit's lead over it; each is
+    given over the highest stage score (`ceiling`)."""
     hit = turn(conn, "what did you paint last week", 0, "s1")
     answer = turn(conn, "oh a lake at dawn", SECOND, "s1")
     req = RecallRequest(agent_id="a", query="paint")
     found = columns(conn, "a")
     formula = dict(rank(found, req, now=NOW, query_vector=None))
     expanded = dict(expanded_rank(found, req, now=NOW, query_vector=None))
-    lift, keyword = Expansion().lift, Expansion().keyword
+    lift, keyword, ceiling = Expansion().lift, Expansion().keyword, Expansion().ceiling
     stage_hit = formula[hit] + (keyword - 0.25) * 1.0  # the one keyword matched: share 1
-    assert expanded[hit] == pytest.approx(stage_hit, abs=1e-12)
+    assert expanded[hit] == pytest.approx(stage_hit / ceiling, abs=1e-12)
     assert expanded[answer] == pytest.approx(
-        formula[answer] + lift * (stage_hit - formula[answer]), abs=1e-12
+        (formula[answer] + lift * (stage_hit - formula[answer])) / ceiling, abs=1e-12
     )
 
 
@@ -104,7 +105,7 @@ def test_a_heavier_keyword_term_puts_an_old_partial_match_above_a_recent_memory(
     assert [i for i, _ in expanded] == [old, recent]
     formula = dict(rank(found, req, now=NOW, query_vector=None))
     assert dict(expanded)[old] == pytest.approx(
-        formula[old] + 0.25 * (Expansion().keyword - 0.25), abs=1e-12
+        (formula[old] + 0.25 * (Expansion().keyword - 0.25)) / Expansion().ceiling, abs=1e-12
     )
 
 
