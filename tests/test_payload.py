@@ -232,3 +232,23 @@ async def test_any_trigger_whose_reply_cannot_fit_answers_413_instead_of_nothing
     finally:
         await nc.close()
         await service.stop(timeout=5)
+
+
+async def test_mcp_tools_answer_a_reply_too_large_with_an_error_naming_what_to_lower(
+    nats_url: str, client: Client, worker: App
+) -> None:
+    """Over MCP: memory_search of two 512 KiB memories and memory_get of three 400 KB ones are
+    tool errors naming `limit` and `ids`; memory_list shows a first page and its cursor."""
+    from tests.test_mcp import mcp_client, text
+
+    size = worker.config.max_content_bytes
+    ids = [(await client.store("a1", fitted(big(n, size), size)))["id"] for n in range(2)]
+    ids.append((await client.store("a1", big(2, 400_000)))["id"])
+    async with mcp_client("--agent", "a1", "--nats-url", nats_url) as mcp:
+        search = await mcp.call_tool("memory_search", {"query": "lorem"})
+        assert search.is_error and "payload_too_large" in text(search), text(search)
+        assert "`limit`" in text(search)
+        get = await mcp.call_tool("memory_get", {"ids": ids})
+        assert get.is_error and "payload_too_large" in text(get) and "`ids`" in text(get)
+        listed = await mcp.call_tool("memory_list", {})
+        assert not listed.is_error and "nextCursor: " in text(listed)
