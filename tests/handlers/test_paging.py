@@ -31,9 +31,7 @@ def test_kv_pages_end_exactly_where_the_next_value_would_pass_the_budget(
         seen: list[str] = []
         cursor: str | None = None
         while True:
-            request = KvListRequest(
-                agent_id="a", limit=1000, **({"cursor": cursor} if cursor else {})
-            )
+            request = KvListRequest(agent_id="a", limit=1000, cursor=cursor or msgspec.UNSET)
             page = kv_list(conn, request, now=NOW, budget=budget)
             assert page.items and len(msgspec.json.encode(page)) <= budget
             seen += [item.key for item in page.items]
