@@ -15,6 +15,7 @@ import msgspec
 from msgspec import UNSET
 
 from handlers.cursors import decode_cursor, encode_cursor
+from handlers.paging import fitting_page
 from schema.base import Agent
 from schema.life import AuditEvent, AuditReply, AuditRequest
 
@@ -77,8 +78,9 @@ def purge(conn: apsw.Connection, before: int, scope: str, params: tuple[str, ...
     return conn.changes()
 
 
-def audit_events(conn: apsw.Connection, req: AuditRequest, *, now: int) -> AuditReply:
-    """A read, oldest first: `now` is the registry's calling convention, unused."""
+def audit_events(conn: apsw.Connection, req: AuditRequest, *, now: int, budget: int) -> AuditReply:
+    """A read, oldest first, the page within `budget` bytes (handlers/paging.py): `now` is the
+    registry's calling convention, unused."""
     where: list[str] = ["1"]
     params: list[str | int] = []
     scope: tuple[Any, ...] = ("audit", req.tenant, req.agent_id, req.since)
@@ -102,11 +104,15 @@ def audit_events(conn: apsw.Connection, req: AuditRequest, *, now: int) -> Audit
         (*params, req.limit + 1),
     ).fetchall()
     events = [_event(row) for row in rows[: req.limit]]
-    more = len(rows) > req.limit
-    return AuditReply(
-        events=events,
-        next_cursor=encode_cursor(scope, (events[-1].seq,)) if more else None,
-    )
+
+    def cursor_after(n: int) -> str | None:
+        return None if n + 1 >= len(rows) else encode_cursor(scope, (events[n].seq,))
+
+    return fitting_page(events, req.limit, budget, audit_reply, cursor_after, "event")
+
+
+def audit_reply(events: list[AuditEvent], cursor: str | None) -> AuditReply:
+    return AuditReply(events=events, next_cursor=cursor)
 
 
 def _event(row: Any) -> AuditEvent:

@@ -18,6 +18,7 @@ from msgspec import UNSET
 
 from handlers.audit import Change
 from handlers.cursors import decode_cursor, encode_cursor
+from handlers.paging import fitting_page
 from schema.base import Agent, tenant_of
 from schema.errors import Conflict, NotFound, PayloadTooLarge
 from schema.kv import (
@@ -168,8 +169,9 @@ def _after(prefix: str) -> str | None:
     return None
 
 
-def kv_list(conn: apsw.Connection, req: KvListRequest, *, now: int) -> KvListReply:
-    """Keys in order (SQLite's binary order of UTF-8: code point order), from a prefix."""
+def kv_list(conn: apsw.Connection, req: KvListRequest, *, now: int, budget: int) -> KvListReply:
+    """Keys in order (SQLite's binary order of UTF-8: code point order), from a prefix; the
+    page within `budget` bytes (handlers/paging.py)."""
     owner = owner_of(req)
     prefix = req.prefix if isinstance(req.prefix, str) else ""
     scope = ("kv", *owner, prefix)
@@ -192,7 +194,11 @@ def kv_list(conn: apsw.Connection, req: KvListRequest, *, now: int) -> KvListRep
         (*params, req.limit + 1),
     ).fetchall()
     items = [_item(row) for row in rows[: req.limit]]
-    more = len(rows) > req.limit
-    return KvListReply(
-        items=items, next_cursor=encode_cursor(scope, (items[-1].key,)) if more else None
-    )
+
+    def cursor_after(n: int) -> str | None:
+        return None if n + 1 >= len(rows) else encode_cursor(scope, (items[n].key,))
+
+    def reply(page: list[KvItem], cursor: str | None) -> KvListReply:
+        return KvListReply(items=page, next_cursor=cursor)
+
+    return fitting_page(items, req.limit, budget, reply, cursor_after, "item")

@@ -18,6 +18,7 @@ from msgspec import UNSET
 
 from handlers.cursors import decode_cursor, encode_cursor
 from handlers.life import MEMORY_COLUMNS, memory_out
+from handlers.paging import fitting_page
 from handlers.session_refs import require_session
 from handlers.taxonomy import taxonomy_sql
 from schema.base import agent_of
@@ -77,8 +78,9 @@ def filter_sql(req: Filters) -> tuple[str, list[Any]]:
     return where + taxonomy, params + taxonomy_params
 
 
-def list_memories(conn: apsw.Connection, req: ListRequest, *, now: int) -> ListReply:
-    """A read: `now` is the registry's calling convention, unused."""
+def list_memories(conn: apsw.Connection, req: ListRequest, *, now: int, budget: int) -> ListReply:
+    """A read: `now` is the registry's calling convention, unused. The page ends early where
+    the next memory would take the reply past `budget` bytes (handlers/paging.py)."""
     agent = agent_of(req)
     filters = {name: getattr(req, name) for name in _FILTER_FIELDS}
     shown = msgspec.json.encode({k: v for k, v in filters.items() if v is not UNSET}).decode()
@@ -110,15 +112,23 @@ def list_memories(conn: apsw.Connection, req: ListRequest, *, now: int) -> ListR
         if len(rows) < batch:
             break
         after = [rows[-1][3], rows[-1][0]]
-    page = found[: req.limit]
-    more = len(found) > req.limit
-    next_cursor = encode_cursor(scope, (page[-1].timestamp, page[-1].id)) if more else None
-    return ListReply(memories=page, next_cursor=next_cursor)
+
+    def cursor_after(n: int) -> str | None:
+        last = found[n]
+        return None if n + 1 >= len(found) else encode_cursor(scope, (last.timestamp, last.id))
+
+    def reply(page: list[MemoryOut], cursor: str | None) -> ListReply:
+        return ListReply(memories=page, next_cursor=cursor)
+
+    return fitting_page(found, req.limit, budget, reply, cursor_after, "memory")
 
 
-def session_messages(conn: apsw.Connection, req: SessionGetRequest, *, now: int) -> SessionGetReply:
+def session_messages(
+    conn: apsw.Connection, req: SessionGetRequest, *, now: int, budget: int
+) -> SessionGetReply:
     """The transcript in order, positions counted from 1 (stored positions may have gaps);
-    content null where the memory is gone or forgotten. `now`: unused."""
+    content null where the memory is gone or forgotten; the page within `budget` bytes.
+    `now`: unused."""
     agent = agent_of(req)
     require_session(conn, agent, req.session_id)
     scope = ("session", *agent, req.session_id)
@@ -148,8 +158,11 @@ def session_messages(conn: apsw.Connection, req: SessionGetRequest, *, now: int)
         )
         for n, row in enumerate(rows[: req.limit], start=1)
     ]
-    more = len(rows) > req.limit
-    last = int(str(rows[req.limit - 1][0])) if more else None
-    return SessionGetReply(
-        messages=messages, next_cursor=encode_cursor(scope, (last,)) if more else None
-    )
+
+    def cursor_after(n: int) -> str | None:
+        return None if n + 1 >= len(rows) else encode_cursor(scope, (int(str(rows[n][0])),))
+
+    def reply(page: list[SessionMessage], cursor: str | None) -> SessionGetReply:
+        return SessionGetReply(messages=page, next_cursor=cursor)
+
+    return fitting_page(messages, req.limit, budget, reply, cursor_after, "message")

@@ -22,6 +22,7 @@ from msgspec import UNSET
 from handlers.audit import Change
 from handlers.cursors import decode_cursor, encode_cursor
 from handlers.kv import check_json
+from handlers.paging import fitting_page
 from schema.base import Agent, agent_of, tenant_of
 from schema.errors import Conflict, NotFound, PayloadTooLarge
 from schema.tasks import (
@@ -192,8 +193,11 @@ def apply_complete(conn: apsw.Connection, event: Completion) -> TaskCompleteRepl
     return TaskCompleteReply(task=task_of(row, event.at))
 
 
-def task_list(conn: apsw.Connection, req: TaskListRequest, *, now: int) -> TaskListReply:
-    """Oldest first, as the board reads at `now` (an expired claim lists as pending)."""
+def task_list(
+    conn: apsw.Connection, req: TaskListRequest, *, now: int, budget: int
+) -> TaskListReply:
+    """Oldest first, as the board reads at `now` (an expired claim lists as pending); the page
+    within `budget` bytes (handlers/paging.py)."""
     tenant = tenant_of(req)
     status = None if req.status is UNSET else req.status
     assignee = None if req.assignee is UNSET else req.assignee
@@ -220,8 +224,11 @@ def task_list(conn: apsw.Connection, req: TaskListRequest, *, now: int) -> TaskL
         (*params, req.limit + 1),
     ).fetchall()
     tasks = [task_of(row[1:], now) for row in rows[: req.limit]]
-    more = len(rows) > req.limit
-    last = rows[req.limit - 1][0] if more else None
-    return TaskListReply(
-        tasks=tasks, next_cursor=None if last is None else encode_cursor(scope, (last,))
-    )
+
+    def cursor_after(n: int) -> str | None:
+        return None if n + 1 >= len(rows) else encode_cursor(scope, (rows[n][0],))
+
+    def reply(page: list[Task], cursor: str | None) -> TaskListReply:
+        return TaskListReply(tasks=page, next_cursor=cursor)
+
+    return fitting_page(tasks, req.limit, budget, reply, cursor_after, "task")

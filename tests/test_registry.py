@@ -4,6 +4,8 @@ error headers; nats.micro groups make its subject and endpoint name."""
 
 from __future__ import annotations
 
+import inspect
+
 import apsw
 import msgspec
 import nats
@@ -13,7 +15,7 @@ from schema.errors import InvalidRequest
 from worker.app import App
 from worker.bus import MemoryService
 from worker.dispatch import Dispatcher
-from worker.registry import BY_TRIGGER, WRITER, Route
+from worker.registry import BY_TRIGGER, READER, WRITER, Route
 from worker.telemetry import Telemetry
 
 
@@ -99,3 +101,18 @@ async def test_endpoints_are_named_in_their_groups_in_srv_info(nats_url: str, wo
         "memory.kg.add",
     )
     assert endpoints["memory::store"]["subject"] == "memory.store"
+
+
+def test_every_listing_with_a_cursor_pages_within_a_budget_and_a_413_names_a_request_key() -> None:
+    """A trigger whose request has a cursor is a paged read whose handler takes the reply's
+    byte budget; the key a 413 names for a reply too large is one its request has."""
+    paged = {route.trigger for route in BY_TRIGGER.values() if route.paged}
+    assert {"memory::list", "memory::session::get", "memory::kv::list"} <= paged
+    assert {"memory::task::list", "memory::audit"} <= paged
+    for route in BY_TRIGGER.values():
+        if route.paged:
+            assert route.on == READER, route.trigger
+            assert "budget" in inspect.signature(route.run).parameters, route.trigger
+        if route.bounded_by is not None:
+            keys = {field.encode_name for field in msgspec.structs.fields(route.request_type)}
+            assert route.bounded_by in keys, route.trigger

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import nats
+import nats.errors
 import structlog
 from nats.micro import add_service
 from nats.micro.request import Request as MicroRequest
@@ -22,6 +23,7 @@ from nats.micro.service import EndpointConfig, Group, GroupManager, Service
 
 from worker.config import Config, nats_servers
 from worker.dispatch import Dispatcher
+from worker.payload import reply_budget, too_large
 from worker.redact import redact
 from worker.registry import Route, prefix_groups
 
@@ -335,7 +337,11 @@ class MemoryService:
         # Under tenancy no headers at all (`{}`) is a request from the worker's own account,
         # which no service import stamped; None keeps the dispatcher from looking.
         headers = (request.headers or {}) if self._tenanted else None
-        outcome = await self._dispatcher.handle(route.trigger, request.data, headers=headers)
+        # What the server takes in one message now (its INFO, which a reconnect may change).
+        budget = reply_budget(self._nc)
+        outcome = await self._dispatcher.handle(
+            route.trigger, request.data, headers=headers, budget=budget
+        )
         error = outcome.error
         assert self._service is not None
         count_in_micro_stats(
@@ -345,14 +351,22 @@ class MemoryService:
             None if error is None else f"{error.status}:{error.message}",
         )
         try:
-            if outcome.error is None:
+            if error is None:
                 await request.respond(outcome.body)
             else:
-                await request.respond_error(
-                    outcome.error.status, outcome.error.message, data=outcome.body
-                )
-        except Exception as error:
-            log.warning("reply.failed", trigger=route.trigger, error=str(error))
+                await request.respond_error(error.status, error.message, data=outcome.body)
+        except nats.errors.MaxPayloadError:
+            # Dispatch holds replies to the budget; should the server have lowered max_payload
+            # meanwhile, the caller is told so too rather than left to its timeout.
+            refused = too_large(len(outcome.body), reply_budget(self._nc), route.bounded_by)
+            log.warning("reply.too_large", trigger=route.trigger, bytes=len(outcome.body))
+            count_in_micro_stats(
+                self._service, route.endpoint, 0, f"{refused.status}:{refused.message}"
+            )
+            with contextlib.suppress(Exception):
+                await request.respond_error(refused.status, refused.message)
+        except Exception as failure:
+            log.warning("reply.failed", trigger=route.trigger, error=str(failure))
 
     async def stop(self, timeout: float) -> None:
         """Stop taking requests, then wait (up to timeout) for those in flight."""

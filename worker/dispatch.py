@@ -21,6 +21,7 @@ from worker.audit import CALL
 from worker.db import DAMAGED
 from worker.json_keys import duplicate_key
 from worker.locate import refusal
+from worker.payload import reply_budget, too_large
 from worker.registry import READER, WRITER, Route
 from worker.services import Context, Services
 from worker.telemetry import Telemetry, TriggerStats
@@ -33,13 +34,15 @@ log = structlog.get_logger()
 async def execute(services: Services, route: Route, request: Any) -> Any:
     """Run the route's function where its row says: a write's decide and apply steps in one
     transaction on the writer (worker/writes.py), a pure read on a reader, given the time; a
-    flow with the services."""
+    flow with the services. A paged read is given the bytes its reply may hold on the services'
+    NATS connection."""
     if route.on == WRITER:
         assert route.writes is not None
         return await commit(services, route.trigger, route.writes, request)
     if route.on == READER:
+        paged = {"budget": reply_budget(services.nc)} if route.paged else {}
         return await services.readers.run(
-            lambda conn: route.run(conn, request, now=services.clock())
+            lambda conn: route.run(conn, request, now=services.clock(), **paged)
         )
     return await route.run(services, request)
 
@@ -123,10 +126,13 @@ class Dispatcher:
         source: str = "bus",
         caller: Caller = ADMIN,
         headers: Mapping[str, str] | None = None,
+        budget: int | None = None,
     ) -> Outcome:
         """`headers`, a bus request's, name the caller under tenancy (`Nats-Request-Info`);
         without them the caller is `caller` (ingest knows it from the subject, the scheduler is
-        administrative).
+        administrative). `budget`, for a reply to be sent over NATS, is the most bytes it may
+        hold: a success larger than that is `413 payload_too_large` naming the request key that
+        makes it smaller, counted as an error (worker/payload.py), never a reply NATS drops.
 
         Every line logged while the request runs (an LLM fallback, an embedding failure, the
         maintenance counts) carries its trigger, source, tenant and, once decoded, agent: they
@@ -134,7 +140,7 @@ class Dispatcher:
         with structlog.contextvars.bound_contextvars(
             trigger=trigger, source=source, agent=None, tenant=caller.tenant
         ):
-            return await self._handle(trigger, data, source, caller, headers)
+            return await self._handle(trigger, data, source, caller, headers, budget)
 
     async def _handle(
         self,
@@ -143,6 +149,7 @@ class Dispatcher:
         source: str,
         caller: Caller,
         headers: Mapping[str, str] | None,
+        budget: int | None,
     ) -> Outcome:
         started = time.perf_counter()
         agent = None
@@ -168,7 +175,10 @@ class Dispatcher:
             if route.timed:
                 elapsed = round((time.perf_counter() - started) * 1000, 3)
                 reply = msgspec.structs.replace(reply, duration_ms=elapsed)
-            outcome = Outcome(self._encoder.encode(reply), None)
+            body = self._encoder.encode(reply)
+            if budget is not None and len(body) > budget:
+                raise too_large(len(body), budget, route.bounded_by)
+            outcome = Outcome(body, None)
             reported = (route, reply)
         except WorkerError as error:
             outcome = Outcome(self._encoder.encode(error_reply(error)), error)

@@ -38,6 +38,7 @@ from schema.stats import JobFigures, SanitizerFigures, StatsReply, StatsRequest,
 from worker.db import DAMAGED
 from worker.embedders import Vector
 from worker.maintenance import run_figures
+from worker.payload import reply_budget, too_large
 from worker.recall_index.view import Snapshot
 from worker.services import Services
 from worker.storing import STORE, prepare_store
@@ -116,7 +117,19 @@ ACCESS: Write[Accessed, None] = Write(
 
 async def recall(s: Services, req: RecallRequest) -> RecallReply:
     """Replies without waiting for the writer: the access counts are persisted by a
-    non-durable write that follows (at most one batch behind)."""
+    non-durable write that follows (at most one batch behind). A reply too large for the NATS
+    connection is refused (413 naming `limit`) before any access is counted."""
+    reply, accessed = await _ranked(s, req)
+    size = len(msgspec.json.encode(reply))
+    budget = reply_budget(s.nc)
+    if size > budget:
+        raise too_large(size, budget, "limit")
+    _count_access(s, accessed)
+    return reply
+
+
+async def _ranked(s: Services, req: RecallRequest) -> tuple[RecallReply, Accessed | None]:
+    """The recall's reply, and the accesses it is to count (None: nothing returned)."""
     recall_handler.check_recall(req, s.config.max_query_bytes)
     query_vector = None
     tenant = tenant_of(req)
@@ -128,19 +141,24 @@ async def recall(s: Services, req: RecallRequest) -> RecallReply:
             (tenant, req.agent_id),
             lambda conn, found: _recall(s, conn, found, req, query_vector, tenant),
         )
-    if reply.memories:
-        ids = [memory.id for memory in reply.memories]
-        accessed = Accessed(tenant, req.agent_id, ids, now)
+    if not reply.memories:
+        return reply, None
+    return reply, Accessed(tenant, req.agent_id, [memory.id for memory in reply.memories], now)
+
+
+def _count_access(s: Services, accessed: Accessed | None) -> None:
+    if accessed is not None:
         persist = asyncio.create_task(commit(s, "memory::recall", ACCESS, accessed, durable=False))
         s.background.add(persist)
         persist.add_done_callback(s.background.discard)
-    return reply
 
 
 async def context(s: Services, req: ContextRequest) -> ContextReply:
     """Recall's path (the query embedded, the same ranking, the pinned memories, accesses
-    counted for the ranked ones), rendered for a prompt."""
-    found = await recall(s, context_handler.recall_request(req))
+    counted for the ranked ones), rendered for a prompt: within `maxChars`, however large the
+    memories behind it."""
+    found, accessed = await _ranked(s, context_handler.recall_request(req))
+    _count_access(s, accessed)
     return context_handler.render(found.pinned or [], found.memories, max_chars=req.max_chars)
 
 

@@ -136,6 +136,9 @@ class Route:
     # For a WRITER route whose decision is more than its request and time: its decide and
     # apply steps (worker/writes.py). Without it, a WRITER route's decision is the request.
     write: Write[Any, Any] | None = None
+    # The request key that makes the reply smaller (`limit`, `ids`), named by the 413 of a reply
+    # too large for NATS (worker/payload.py); None: no key does.
+    bounded_by: str | None = None
 
     @cached_property
     def writes(self) -> Write[Any, Any] | None:
@@ -152,6 +155,13 @@ class Route:
             reply=lambda request, reply: reply,
             changes=lambda request, reply: () if audit is None else audit(request, reply),
         )
+
+    @property
+    def paged(self) -> bool:
+        """A listing with a cursor: its handler also takes `budget`, the most bytes its reply may
+        encode to (the connection's max_payload less headroom), and ends its page early to fit
+        (handlers/paging.py)."""
+        return "cursor" in self.request_type.__struct_fields__
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -197,8 +207,16 @@ ROUTES: tuple[Route, ...] = (
         on=FLOW,
         reply_type=RecallReply,
         write=flows.ACCESS,  # the access counts of what it returned
+        bounded_by="limit",
     ),
-    Route("memory::context", ContextRequest, flows.context, on=FLOW, reply_type=ContextReply),
+    Route(
+        "memory::context",
+        ContextRequest,
+        flows.context,
+        on=FLOW,
+        reply_type=ContextReply,
+        bounded_by="maxChars",
+    ),
     Route(
         "memory::evict",
         EvictRequest,
@@ -230,7 +248,14 @@ ROUTES: tuple[Route, ...] = (
         audit=kg.kg_add_changes,
         ingest=True,
     ),
-    Route("memory::kg::query", KgQueryRequest, kg.kg_query, on=READER, reply_type=KgQueryReply),
+    Route(
+        "memory::kg::query",
+        KgQueryRequest,
+        kg.kg_query,
+        on=READER,
+        reply_type=KgQueryReply,
+        bounded_by="limit",
+    ),
     Route(
         "memory::kg::delete",
         KgDeleteRequest,
@@ -274,7 +299,14 @@ ROUTES: tuple[Route, ...] = (
         reply_type=AuditReply,
         all_tenants=True,
     ),
-    Route("memory::get", GetRequest, life.get_memories, on=READER, reply_type=GetReply),
+    Route(
+        "memory::get",
+        GetRequest,
+        life.get_memories,
+        on=READER,
+        reply_type=GetReply,
+        bounded_by="ids",
+    ),
     Route("memory::list", ListRequest, listing.list_memories, on=READER, reply_type=ListReply),
     Route(
         "memory::session::get",

@@ -41,7 +41,7 @@ def test_a_claim_decided_twice_takes_the_task_once_and_expires_by_the_clock(
     claimed = apply_claim(conn, a).task
     assert claimed is not None and claimed.claimed_by == "a"
     assert apply_claim(conn, b).task is None  # the same task, taken meanwhile
-    listed = task_list(conn, TaskListRequest(status="pending"), now=NOW + 1000).tasks
+    listed = task_list(conn, TaskListRequest(status="pending"), now=NOW + 1000, budget=2**20).tasks
     assert [(t.status, t.claimed_by) for t in listed] == [("pending", None)]
     late = apply_claim(conn, decide_claim(conn, TaskClaimRequest(agent_id="b"), now=NOW + 1000))
     assert late.task is not None and late.task.claimed_by == "b"

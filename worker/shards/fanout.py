@@ -12,7 +12,9 @@ import apsw
 import msgspec
 from msgspec import UNSET
 
+from handlers.audit import audit_reply
 from handlers.cursors import decode_cursor, encode_cursor
+from handlers.paging import fitting_page
 from schema.life import AuditEvent, AuditReply, AuditRequest
 from schema.usage import UsageGroup, UsageQueryReply, UsageTotals
 from worker.readers import Readers
@@ -90,9 +92,10 @@ def _scopes(req: AuditRequest) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     return ("audit", tenant, None, since), ("audit-all", tenant, since)
 
 
-async def audit_pages(req: AuditRequest, partitions: int, ask: Ask) -> AuditReply:
+async def audit_pages(req: AuditRequest, partitions: int, ask: Ask, budget: int) -> AuditReply:
     """One page of every partition's audit, oldest first: each partition is asked for a page
-    after what earlier pages took of it; the oldest `limit` events of them all are this page."""
+    after what earlier pages took of it; the oldest `limit` events of them all, as many as fit
+    in `budget` bytes, are this page (handlers/paging.py)."""
     one, whole = _scopes(req)
     after = [0] * partitions
     if req.cursor is not UNSET:
@@ -105,19 +108,42 @@ async def audit_pages(req: AuditRequest, partitions: int, ask: Ask) -> AuditRepl
         if after[k] != DONE
     }
     replies = await ask(asked)
-    events: list[tuple[AuditEvent, int]] = [
-        (event, k) for k, reply in replies.items() for event in reply.events
-    ]
-    events.sort(key=lambda pair: (pair[0].at, pair[1], pair[0].seq))
-    page = events[: req.limit]
-    for event, k in page:
-        after[k] = event.seq
-    for k, reply in replies.items():
-        taken = sum(1 for _, from_k in page if from_k == k)
-        if reply.next_cursor is None and taken == len(reply.events):
-            after[k] = DONE  # read to its end
-    more = any(position != DONE for position in after)
-    return AuditReply(
-        events=[event for event, _ in page],
-        next_cursor=encode_cursor(whole, tuple(after)) if more else None,
+
+    def key(event: AuditEvent, k: int) -> tuple[int, int, int]:
+        return (event.at, k, event.seq)
+
+    events = sorted(
+        ((event, k) for k, reply in replies.items() for event in reply.events),
+        key=lambda pair: key(*pair),
     )
+    # A partition that has more than it sent (its page ended at `limit` or at the budget) may
+    # hold events older than another's later ones: none past its last may be taken yet.
+    unread = [key(r.events[-1], k) for k, r in replies.items() if r.next_cursor and r.events]
+    if unread:
+        events = [pair for pair in events if key(*pair) <= min(unread)]
+    # Where each partition stands after the page's first n + 1 events: read to its end once
+    # the page holds all it replied and it said there is no more.
+    positions: list[list[int]] = []
+    taken = dict.fromkeys(replies, 0)
+    for event, k in events[: req.limit]:
+        after[k] = event.seq
+        taken[k] += 1
+        positions.append(
+            [
+                DONE if p in replies and _read_out(replies[p], taken[p]) else position
+                for p, position in enumerate(after)
+            ]
+        )
+
+    def cursor_after(n: int) -> str | None:
+        if all(position == DONE for position in positions[n]):
+            return None
+        return encode_cursor(whole, tuple(positions[n]))
+
+    return fitting_page(
+        [event for event, _ in events], req.limit, budget, audit_reply, cursor_after, "event"
+    )
+
+
+def _read_out(reply: AuditReply, taken: int) -> bool:
+    return reply.next_cursor is None and taken == len(reply.events)

@@ -26,6 +26,7 @@ from worker.audit import CALL
 from worker.client_errors import refusal
 from worker.dispatch import execute
 from worker.outgoing import ERROR_CODE, ERROR_TEXT
+from worker.payload import reply_budget, too_large
 from worker.registry import ROUTES, Route
 from worker.shards.fanout import ALL_AUDIT, added_up, audit_pages, usage_added_up
 from worker.shards.log import Superseded
@@ -88,7 +89,8 @@ class Router:
         """Every partition's owner runs it over its own agents; the replies add up. A
         partition without an owner is named in the refusal, never silently left out."""
         if route.trigger == ALL_AUDIT:
-            return await audit_pages(request, self.partitions, self._every(route))
+            budget = reply_budget(self.nc)
+            return await audit_pages(request, self.partitions, self._every(route), budget)
         replies = await self._every(route)({k: request for k in range(self.partitions)})
         answered = [replies[k] for k in range(self.partitions)]
         if route.trigger == "memory::usage::query":
@@ -104,6 +106,9 @@ class Router:
                 return_exceptions=True,
             )
             replies = dict(zip(requests, found, strict=True))
+            for reply in replies.values():  # a refusal (a 413) is the answer for all
+                if isinstance(reply, WorkerError) and not isinstance(reply, Unavailable):
+                    raise reply
             missing = [k for k, reply in replies.items() if isinstance(reply, BaseException)]
             if missing:
                 raise Unavailable(
@@ -184,7 +189,11 @@ async def serve_partition(
             reply = await execute(node.services, route, request)
         finally:
             CALL.reset(token)
-        await nc.publish(msg.reply, encoder.encode(reply))
+        body = encoder.encode(reply)
+        budget = reply_budget(nc)
+        if len(body) > budget:  # what the asking shard would answer: never a reply NATS drops
+            raise too_large(len(body), budget, route.bounded_by)
+        await nc.publish(msg.reply, body)
     except WorkerError as error:
         await _respond_error(nc, msg, error)
     except (Superseded, NotOwner) as error:
