@@ -86,42 +86,80 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def test_the_http_examples_serve_one_agent_or_the_agent_a_header_names(
-    nats_url: str, worker: App
+async def test_the_http_examples_make_tokens_and_serve_only_what_each_token_may(
+    nats_url: str, worker: App, tmp_path: Path
 ) -> None:
-    """`--http PORT --agent` serves that agent at /mcp; with `--agent-header` each request's
-    header names the agent, and a request without it is refused naming the header."""
-    commands = [c for c in blocks("Use it from an agent", "sh")[0].splitlines() if c.strip()]
-    assert len(commands) == 2
+    """As written, in an empty directory: the token commands print a token each and write the
+    token file; `--http PORT --agent` serves team-bot to its token; with `--agent-header` on
+    0.0.0.0 the gateway token acts for the team-* agent its request's header names. No token
+    is 401, another token's agent 403, and a request without the header a tool error."""
+    lines = [c for c in blocks("Use it from an agent", "sh")[0].splitlines() if c.strip()]
+    servers = [line for line in lines if line.startswith("memory-worker mcp ")]
+    setup = lines[: lines.index(servers[0])]
+    assert len(servers) == 2 and all(" 0.0.0.0" not in line for line in setup)
+    bin_dir = str(Path(sys.prefix) / "bin")
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_WORKER_")}
-    for command, headers in zip(commands, ({}, {"X-Memory-Agent": "team-bot"}), strict=True):
+    shell = {**clean, "PATH": f"{bin_dir}{os.pathsep}{clean['PATH']}"}
+    script = "\n".join([*setup, 'printf "%s\\n" "$MEMORY_WORKER_MCP_TOKENS"'])
+    done = subprocess.run(
+        ["bash", "-ec", script], cwd=tmp_path, env=shell, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    *printed, token_file = done.stdout.splitlines()
+    names = [shlex.split(line)[shlex.split(line).index("--name") + 1] for line in setup[:-1]]
+    tokens = dict(zip(names, printed, strict=True))
+    assert set(tokens) == {"team-bot", "gateway"} and Path(token_file).is_file()
+    for name, token in tokens.items():
+        assert token not in Path(token_file).read_text() and name in Path(token_file).read_text()
+    header = "X-Memory-Agent"
+    cases: list[tuple[str, str, dict[str, str]]] = [
+        (servers[0], "team-bot", {}),
+        (servers[1], "gateway", {header: "team-bot"}),
+    ]
+    for command, name, headers in cases:
         port = free_port()
-        argv = shlex.split(command.split("#")[0].replace("8765", str(port)))
-        argv = [*argv[1:], "--nats-url", nats_url]
-        argv = [arg for arg in argv if arg not in ("--host", "0.0.0.0")]
-        process = subprocess.Popen([sys.executable, "-m", "worker", *argv], env=clean)
+        line = command.split("#")[0].replace("8765", str(port))
+        process = subprocess.Popen(
+            ["bash", "-c", f"exec {line} --nats-url {nats_url}"],
+            cwd=tmp_path,
+            env={**shell, "MEMORY_WORKER_MCP_TOKENS": token_file},
+        )
         try:
-            async with httpx2.AsyncClient(headers=headers) as http:
-                url = f"http://127.0.0.1:{port}/mcp"
-                await wait_for_port(port)
-                async with Client(streamable_http_client(url, http_client=http), cache=None) as c:
-                    saved = await c.call_tool("memory_save", {"content": "Ships on Thursdays"})
-                    assert not saved.is_error, saved.content
+            url = f"http://127.0.0.1:{port}/mcp"
+            await wait_for_port(port)
+            auth = {"Authorization": f"Bearer {tokens[name]}"}
+            async with (
+                httpx2.AsyncClient(headers={**auth, **headers}) as http,
+                Client(streamable_http_client(url, http_client=http), cache=None) as c,
+            ):
+                saved = await c.call_tool("memory_save", {"content": f"{name} ships Thursdays"})
+                assert not saved.is_error, saved.content
+            async with httpx2.AsyncClient() as bare:
+                hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+                accept = {"Accept": "application/json, text/event-stream"}
+                refused = await bare.post(url, json=hello, headers=accept)
+                assert refused.status_code == 401
+                assert refused.headers["www-authenticate"].startswith("Bearer")
+                other = {**accept, header: "team-other"}
+                if headers:  # team-bot's token may act for team-bot only
+                    other["Authorization"] = f"Bearer {tokens['team-bot']}"
+                    assert (await bare.post(url, json=hello, headers=other)).status_code == 403
             if headers:
                 async with (
-                    httpx2.AsyncClient() as bare,
-                    Client(streamable_http_client(url, http_client=bare), cache=None) as c,
+                    httpx2.AsyncClient(headers=auth) as no_header,
+                    Client(streamable_http_client(url, http_client=no_header), cache=None) as c,
                 ):
-                    refused = await c.call_tool("memory_save", {"content": "whose?"})
-                    [block] = refused.content
-                    assert refused.is_error and isinstance(block, TextContent)
-                    assert "no X-Memory-Agent header" in block.text
+                    refused_call = await c.call_tool("memory_save", {"content": "whose?"})
+                    [block] = refused_call.content
+                    assert refused_call.is_error and isinstance(block, TextContent)
+                    assert f"no {header} header" in block.text
         finally:
             process.terminate()
             process.wait(timeout=10)
     async with await MemoryClient.connect(nats_url, config=CONFIG) as memory:
         listed = await memory.list_memories(ListRequest(agent_id="team-bot"))
-        assert [m.content for m in listed.memories] == ["Ships on Thursdays"]
+        contents = sorted(m.content for m in listed.memories)
+        assert contents == ["gateway ships Thursdays", "team-bot ships Thursdays"]
 
 
 async def wait_for_port(port: int) -> None:

@@ -84,6 +84,24 @@ def _parser() -> argparse.ArgumentParser:
         "--allow-toggle", action="store_true", help="offer memory_toggle (off by default)"
     )
     mcp.add_argument("--inbox-prefix", help="private reply inbox, e.g. _INBOX_alice (tenants)")
+    mcp.add_argument(
+        "--sessions-per-token",
+        type=_count,
+        default=100,
+        help="HTTP with tokens: open sessions one token may hold (default 100)",
+    )
+    token = commands.add_parser(
+        "token", help="make a bearer token for `mcp --http`: the token once, and its file entry"
+    )
+    token.add_argument("--name", required=True, help="the token's name in the file")
+    token.add_argument(
+        "--agents",
+        required=True,
+        nargs="+",
+        metavar="PATTERN",
+        help="agent ids or fnmatch patterns the token may act for, e.g. 'alice-*'",
+    )
+    token.add_argument("--file", help="add the entry to this token file (made 0600 if new)")
     bench = commands.add_parser("bench", help="measure latency, throughput, RSS and quality")
     from worker.bench.command import add_arguments
 
@@ -119,6 +137,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not 1 or more")
+    return value
+
+
 def _partitions(text: str) -> int:
     try:
         value = int(text)
@@ -131,6 +159,8 @@ def _partitions(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "token":  # needs no configuration: it only makes a secret
+        return commands.token(args)
     flags = {key: getattr(args, key, None) for key in ("nats_url", "db_path")}
     if flags["nats_url"] is not None and (problem := nats_setting_problem(flags["nats_url"])):
         print(f"memory-worker: --nats-url: {problem}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""The short-lived commands that talk to a running worker: fire, stats, check.
+"""The short-lived commands that talk to a running worker (fire, stats, check), the checks
+before `mcp` serves, and `token`, which makes a bearer token for it.
 
 Each is one connection and one request through the Python client (worker/client.py), both
 inside the command's --timeout, and each way of failing has its own exit code, so that a script
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from enum import IntEnum
@@ -217,7 +219,61 @@ def mcp(config: Config, args: argparse.Namespace) -> Exit:
         except msgspec.ValidationError as error:
             print(f"memory-worker mcp: --agent: {error}", file=sys.stderr)
             return Exit.USAGE
+    from worker.mcp_http import TOKENS_VARIABLE, start_problem
     from worker.mcp_server import serve
+    from worker.tokens import TokenFileError, tokens_from_env
 
-    serve(config, args, client_url(config, args.nats_url))
+    tokens = None
+    if args.http is not None:  # stdio needs no token: its caller owns the process
+        try:
+            tokens = tokens_from_env(TOKENS_VARIABLE, os.environ)
+        except TokenFileError as error:
+            print(f"memory-worker mcp: {error}", file=sys.stderr)
+            return Exit.CONFIG
+        if problem := start_problem(args, tokens):
+            print(f"memory-worker mcp: {problem}", file=sys.stderr)
+            return Exit.CONFIG
+    serve(config, args, client_url(config, args.nats_url), tokens)
+    return Exit.OK
+
+
+def token(args: argparse.Namespace) -> Exit:
+    """A fresh bearer token, printed once on stdout's first line for the person to hand to a
+    client; the file keeps only its hash (worker/tokens.py)."""
+    from worker.tokens import TokenFileError, add_entry, entry, new_token
+
+    if not args.name or not all(args.agents):
+        print(
+            "memory-worker token: --name and each --agents pattern must not be empty",
+            file=sys.stderr,
+        )
+        return Exit.USAGE
+    secret = new_token()
+    if args.file is None:
+        sys.stdout.write(f"{secret}\n{json.dumps({args.name: entry(secret, args.agents)})}\n")
+        where = "the second line is its entry: add it to the file MEMORY_WORKER_MCP_TOKENS names"
+    else:
+        try:
+            add_entry(args.file, args.name, secret, args.agents)
+        except TokenFileError as error:
+            print(f"memory-worker token: {error}", file=sys.stderr)
+            return Exit.CONFIG
+        except OSError as error:
+            print(
+                f"memory-worker token: cannot write {args.file}: {error.strerror}", file=sys.stderr
+            )
+            return Exit.CONFIG
+        except KeyError:
+            print(
+                f"memory-worker token: {args.file} already has a token named {args.name!r}",
+                file=sys.stderr,
+            )
+            return Exit.USAGE
+        sys.stdout.write(f"{secret}\n")
+        where = f"its SHA-256 is now in {args.file}"
+    print(
+        "memory-worker token: the first line is the token, shown only now: give it to the client, "
+        f"which sends `Authorization: Bearer <token>`; {where}",
+        file=sys.stderr,
+    )
     return Exit.OK

@@ -3,8 +3,8 @@
 An MCP client (Claude Desktop, an IDE, an agent framework) starts this process, or reaches it
 over streamable HTTP, and gets tools to save, search and manage memories; every call goes to
 the worker over NATS through the Python client (worker/client.py). The agent whose memories
-they are is fixed by whoever deploys the server (`--agent`, or in HTTP mode a header that a
-trusted proxy sets): it is never an argument a model could choose.
+they are is fixed by whoever deploys the server (`--agent`, or in HTTP mode a request header
+that the request's bearer token must be allowed to name): never an argument a model could choose.
 
 Refusals come back as tool errors (`isError`) with the worker's code and message, so that a
 model reads "forbidden" rather than an empty result; a worker or NATS that is down is one too,
@@ -46,6 +46,7 @@ from worker.mcp_text import (
     memory_lines,
     recalled_lines,
 )
+from worker.tokens import Tokens
 
 T = TypeVar("T")
 Importance = Annotated[
@@ -108,23 +109,36 @@ class Bridge:
             raise ToolError(f"invalid argument: {error}") from None
 
 
-def agent_resolver(agent: str | None, header: str | None) -> Callable[[Context], str]:
-    """Where the agent comes from: the deployer's --agent, or the header a proxy sets."""
+Refusal = Callable[[str], str | None]  # why the caller may not act for an agent, or None
+
+
+def agent_resolver(
+    agent: str | None, header: str | None, refusal: Refusal | None
+) -> Callable[[Context], str]:
+    """Where the agent comes from: the deployer's --agent, or the request's header; with
+    tokens, checked against this request's token before anything is read or written."""
 
     def resolve(ctx: Context) -> str:
-        if agent is not None:
-            return agent
-        assert header is not None
-        value = (ctx.headers or {}).get(header.lower()) or (ctx.headers or {}).get(header)
-        if not value:
-            raise ToolError(f"no agent: the request has no {header} header")
+        value = agent
+        if value is None:
+            assert header is not None
+            value = (ctx.headers or {}).get(header.lower()) or (ctx.headers or {}).get(header)
+            if not value:
+                raise ToolError(f"no agent: the request has no {header} header")
+        if refusal is not None and (reason := refusal(value)):
+            raise ToolError(f"forbidden: {reason}")
         return value
 
     return resolve
 
 
 def build_server(
-    bridge: Bridge, agent: str | None, header: str | None, *, allow_toggle: bool
+    bridge: Bridge,
+    agent: str | None,
+    header: str | None,
+    *,
+    allow_toggle: bool,
+    refusal: Refusal | None = None,
 ) -> MCPServer[Any]:
     @asynccontextmanager
     async def lifespan(_: MCPServer[Any]) -> AsyncIterator[None]:
@@ -136,7 +150,7 @@ def build_server(
     server: MCPServer[Any] = MCPServer(
         "memory-worker", instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING"
     )
-    agent_of = agent_resolver(agent, header)
+    agent_of = agent_resolver(agent, header, refusal)
 
     @server.tool(name="memory_save", description=SAVE, structured_output=False)
     async def memory_save(
@@ -227,12 +241,16 @@ def build_server(
             return "Memory is on." if reply.enabled else "Memory is off."
 
     if agent is not None:  # static resources get no request, so no header to read
-        add_resources(server, bridge, agent)
+        add_resources(server, bridge, agent, refusal)
     return server
 
 
-def add_resources(server: MCPServer[Any], bridge: Bridge, agent: str) -> None:
+def add_resources(
+    server: MCPServer[Any], bridge: Bridge, agent: str, refusal: Refusal | None
+) -> None:
     async def read(ask: Callable[[MemoryClient], Awaitable[T]]) -> T:
+        if refusal is not None and (reason := refusal(agent)):
+            raise ResourceError(f"forbidden: {reason}")
         try:
             return await bridge.call(ask)
         except ToolError as error:
@@ -256,11 +274,17 @@ def add_resources(server: MCPServer[Any], bridge: Bridge, agent: str) -> None:
         return "\n".join(lines) or "No sessions."
 
 
-def serve(config: Config, args: argparse.Namespace, url: str) -> None:
-    """Run until the client closes stdin (stdio) or SIGINT/SIGTERM (HTTP)."""
+def serve(config: Config, args: argparse.Namespace, url: str, tokens: Tokens | None) -> None:
+    """Run until the client closes stdin (stdio) or SIGINT/SIGTERM (HTTP, worker/mcp_http.py:
+    behind bearer tokens when there are any)."""
+    from worker.mcp_http import serve_http, token_refusal
+
     bridge = Bridge(config, url, args.timeout, args.inbox_prefix)
-    server = build_server(bridge, args.agent, args.agent_header, allow_toggle=args.allow_toggle)
+    refusal = None if tokens is None else token_refusal(tokens)
+    server = build_server(
+        bridge, args.agent, args.agent_header, allow_toggle=args.allow_toggle, refusal=refusal
+    )
     if args.http is None:
         server.run("stdio")
     else:
-        server.run("streamable-http", host=args.host, port=args.http)
+        serve_http(server, args, tokens)
