@@ -183,14 +183,21 @@ def test_the_next_start_stops_the_embedded_server_a_killed_worker_left_behind(
 def test_workers_with_their_data_in_different_directories_run_side_by_side(
     tmp_path: Path, workers: list[Worker]
 ) -> None:
-    """Each directory has its own lock: two embedded workers, one per directory and port."""
+    """Each directory has its own lock: two embedded workers, one per directory and port. A
+    third directory on a port already taken is refused in one line naming both ways out."""
     ports = [free_port(), free_port()]
-    for name, port in zip(("one", "two"), ports, strict=True):
+    for name, port in zip(("one", "two", "three"), ports, strict=False):
         (tmp_path / name).mkdir()
         workers.append(Worker(tmp_path / name, "--db", "data/memory.db", embedded_port=str(port)))
     for worker in workers:
         worker.wait_for("worker.started")
     assert [check(port) for port in ports] == [0, 0]
+    (tmp_path / "three").mkdir()
+    taken = refuse(tmp_path / "three", "--db", "data/memory.db", embedded_port=str(ports[0]))
+    [line] = taken.stderr.splitlines()
+    assert taken.returncode == 1 and line.startswith(f"memory-worker: port {ports[0]} ")
+    assert f"--nats-url nats://127.0.0.1:{ports[0]}" in line and "EMBEDDED_PORT" in line
+    assert check(ports[0]) == 0
 
 
 def test_run_against_an_unreachable_nats_says_so_calmly_creates_nothing_and_exits_1(
