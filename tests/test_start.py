@@ -4,6 +4,7 @@ reach NATS says so calmly, creates nothing and exits once its reconnect budget i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -96,11 +97,20 @@ class Worker:
 
 
 @pytest.fixture
-def workers() -> Iterator[list[Worker]]:
+def workers(tmp_path: Path) -> Iterator[list[Worker]]:
+    """The workers a test starts, stopped after it; and any embedded server still running in
+    its directories (one a failing start left behind) killed."""
     started: list[Worker] = []
     yield started
     for worker in started:
         worker.stop()
+    for pid_file in tmp_path.rglob("nats-server.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(pid_file.read_text())
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            ours = os.fsencode(tmp_path) in command + os.fsencode(os.readlink(f"/proc/{pid}/cwd"))
+            if b"nats-server" in command and ours:
+                os.kill(pid, signal.SIGKILL)
 
 
 def check(port: int) -> int:
@@ -171,11 +181,16 @@ def test_the_next_start_stops_the_embedded_server_a_killed_worker_left_behind(
     killed.wait_for("worker.started")
     killed.process.kill()
     killed.process.wait()
-    assert accepts(orphan_port), "the killed worker's server should still be running"
-    following = Worker(tmp_path, "--db", "data/memory.db", embedded_port=str(next_port))
-    workers.append(following)
-    following.wait_for("worker.started")
-    assert not accepts(orphan_port)
+    orphan = int((tmp_path / "data" / "nats" / "nats-server.pid").read_text())
+    try:
+        assert accepts(orphan_port), "the killed worker's server should still be running"
+        following = Worker(tmp_path, "--db", "data/memory.db", embedded_port=str(next_port))
+        workers.append(following)
+        following.wait_for("worker.started")
+        assert not accepts(orphan_port)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # stopped by the start, as it should be
+            os.kill(orphan, signal.SIGKILL)
     assert any('"nats.embedded_orphan_stopped"' in line for line in following.lines)
     assert check(next_port) == 0
 
