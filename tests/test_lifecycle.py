@@ -4,11 +4,10 @@ that ends part-way releases what it had started."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-import apsw
 import nats.aio.client
 import pytest
 
@@ -69,23 +68,24 @@ async def test_stop_is_the_reverse_of_start(
     ]
 
 
-async def test_a_start_cancelled_while_waiting_for_nats_releases_what_it_started(
-    tmp_path: Path,
+async def test_a_start_cancelled_while_waiting_for_nats_has_opened_and_created_nothing(
+    tmp_path: Path, captured_logs: list[MutableMapping[str, Any]]
 ) -> None:
-    """A signal while start-up waits for a NATS server that is not up: the writer thread has
-    stopped and the database is closed when start returns, before any stop()."""
-    app = App(worker_config(f"nats://127.0.0.1:{free_port()}", tmp_path / "memory.db"))
+    """A signal while start-up waits for a NATS server that is not up: the connection comes
+    first, so no writer thread was started and no database file or folder was made."""
+    db = tmp_path / "data" / "memory.db"
+    app = App(worker_config(f"nats://127.0.0.1:{free_port()}", db))
     starting = asyncio.create_task(app.start())
-    for _ in range(100):
-        await asyncio.sleep(0.05)
-        if app._writer is not None:
+    for _ in range(200):  # until the first nats.unreachable: it is waiting
+        if any(event["event"] == "nats.unreachable" for event in captured_logs):
             break
-    await asyncio.sleep(0.2)
-    assert app._writer is not None and app._conn is not None and app.nc is None
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"start-up never said it is waiting: {captured_logs}")
+    assert not starting.done()
     starting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await starting
-    assert not app._writer._thread.is_alive()
-    with pytest.raises(apsw.ConnectionClosedError):
-        app._conn.execute("SELECT 1")
+    assert app._writer is None and app._conn is None and app.nc is None
+    assert not db.parent.exists()
     await app.stop()  # what run() does after any start: nothing left, no error

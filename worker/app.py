@@ -1,5 +1,9 @@
-"""Start in order: telemetry, embedded NATS server, database, writer, index, bus, embedder,
-backfill, service, ingest, metrics, scheduler; stop in the reverse order (an exit stack).
+"""Start in order: telemetry, embedded NATS server, the NATS connection, database, writer,
+index, embedder, backfill, service, ingest, metrics, scheduler; stop in the reverse order (an
+exit stack), except that the connection is drained before the writer stops.
+
+The connection comes before the database so that a worker that cannot reach NATS creates
+nothing (no file, no folder) before it gives up (worker/reachability.py).
 
 Shutdown stops the scheduler and the service's subscriptions first, lets requests in flight
 finish, and only then closes the writer and the file, so nothing acknowledged is lost.
@@ -112,6 +116,12 @@ class App:
         self._writer: Writer | None = None
         self._readers: Readers | None = None
         self.connection_lost = asyncio.Event()
+        self.lost_reason = ""
+        self._started = False
+
+    def _nats_closed(self, reason: str) -> None:
+        self.lost_reason = reason
+        self.connection_lost.set()
 
     @property
     def nats_url(self) -> str:
@@ -141,6 +151,9 @@ class App:
             )
             self._on_stop("embedded", embedded.stop)
             await embedded.start()
+        self.nc = nc = await connect(self.nats_url, config, on_closed=self._nats_closed)
+        # Closes it if the start fails before the drain below is pushed (skipped once drained).
+        self._on_stop("nats", nc.close, needs_nats=True)
         self._readers = readers = Readers(db_path)
         self._on_stop("database", self._close_database)
         index = MemoryIndex(
@@ -168,7 +181,6 @@ class App:
         # After the NATS connection is drained: the access counts of recalls already answered,
         # on their way to the writer.
         self._on_stop("background", self._wait_background)
-        self.nc = nc = await connect(self.nats_url, config, on_closed=self.connection_lost.set)
         self._on_stop("nats", nc.drain, needs_nats=True)
         self.services = services = Services(
             config=config,
@@ -212,6 +224,7 @@ class App:
         self._tasks.append(asyncio.create_task(self.scheduler.run()))
         self._tasks.append(asyncio.create_task(self._watch_other_writers()))
         self._on_stop("tasks", self._cancel_tasks)
+        self._started = True
         log.info(
             "worker.started", nats=redact(self.nats_url), db=str(db_path), embedder=config.embedder
         )
@@ -283,9 +296,11 @@ class App:
     async def stop(self) -> None:
         """Undo start in reverse: the scheduler's tasks, metrics, ingest and the service stop
         first (in-flight requests finish), then the backfill, the embedder, the NATS connection
-        (drained), the writer, the database and the readers, and the embedded server last."""
+        (drained), the writer, the database and the readers, and the embedded server last. A
+        start that failed has undone itself and logs nothing more: its one line says why."""
         await self._stack.aclose()
-        log.info("worker.stopped")
+        if self._started:
+            log.info("worker.stopped")
 
 
 async def _quick_check(conn: apsw.Connection, path: Path) -> None:
@@ -321,8 +336,8 @@ async def run(config: Config) -> None:
         app = App(config)
     stopped = asyncio.create_task(stop.wait())
     try:
-        # Start-up waits for a NATS server that is not up yet for as long as it takes; a signal
-        # meanwhile must end that wait, not queue behind it.
+        # Start-up waits for a NATS server that is not up yet (up to the reconnect budget); a
+        # signal meanwhile must end that wait, not queue behind it.
         starting = asyncio.create_task(app.start())
         await asyncio.wait([starting, stopped], return_when="FIRST_COMPLETED")
         if not starting.done():
@@ -335,7 +350,7 @@ async def run(config: Config) -> None:
         lost = asyncio.create_task(app.connection_lost.wait())
         await asyncio.wait([lost, stopped], return_when="FIRST_COMPLETED")
         if app.connection_lost.is_set():
-            raise ConnectionError("the NATS connection was closed for good; exiting to restart")
+            raise ConnectionError(app.lost_reason)
         log.info("worker.stopping")
     finally:
         stopped.cancel()

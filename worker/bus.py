@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import nats
@@ -24,6 +24,7 @@ from nats.micro.service import EndpointConfig, Group, GroupManager, Service
 from worker.config import Config, nats_servers
 from worker.dispatch import Dispatcher
 from worker.payload import reply_budget, too_large
+from worker.reachability import Reachability
 from worker.redact import redact
 from worker.registry import Route, prefix_groups
 
@@ -93,7 +94,7 @@ async def connect(
     config: Config,
     *,
     reconnect: bool = True,
-    on_closed: Callable[[], None] | None = None,
+    on_closed: Callable[[str], None] | None = None,
     timeout: float = 10.0,
     inbox_prefix: str | None = None,
 ) -> Any:
@@ -103,9 +104,12 @@ async def connect(
     connection moves among them; a client's tries them in turn, skipping those that fail.
 
     A refused CONNECT, TLS handshake or missing credentials file raises ConnectionFailed naming
-    the server and the cause, instead of being retried forever; the worker still waits for a
-    server that is merely not up yet. `inbox_prefix` is where replies come back: a tenant's
-    user may subscribe only to its own (`_INBOX_<user>`, README "Tenants and trust")."""
+    the server and the cause, instead of being retried; a server that is merely not up yet (or
+    gone) is waited for, saying so at a calm pace, for the reconnect budget
+    (config.nats_reconnect_budget, worker/reachability.py): past it the first connection raises
+    ConnectionFailed, and a lost one is closed and `on_closed` called with the reason.
+    `inbox_prefix` is where replies come back: a tenant's user may subscribe only to its own
+    (`_INBOX_<user>`, README "Tenants and trust")."""
     try:
         options = connect_options(config)
     except OSError as error:
@@ -118,29 +122,42 @@ async def connect(
     connected = False
     client: list[Any] = []  # the connection, once made, for the callbacks to look at
     first_failure: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+    reach = Reachability(url, config.nats_reconnect_budget)
+    gave_up: list[str] = []
 
     async def on_error(error: Exception) -> None:
         if not connected and _refused(error):
             if not first_failure.done():
                 first_failure.set_result(error)
             return
-        # A server that is not up yet is waited for (compose and systemd may start us first).
+        if not client or client[0].is_reconnecting:
+            # Not up yet (compose and systemd may start us first), or gone: waited for.
+            reach.failed(error, refused=_refused(error))
+            return
         log.warning("nats.error", url=redact(url), error=redact(str(error) or type(error).__name__))
+
+    async def close_for_good() -> None:
+        gave_up.append(reach.gave_up())
+        log.error("nats.gave_up", reason=gave_up[0])
+        await client[0].close()
 
     async def on_disconnected() -> None:
         # nats-py calls this on closing too, after marking the client closed: that is our own
         # drain at shutdown, or a close for good that on_closed reports; neither is a warning.
         if client and client[0].is_closed:
             return
-        log.warning("nats.disconnected")
+        log.warning("nats.disconnected", url=redact(url))
+        reach.down(give_up=lambda: background(close_for_good()))
 
     async def on_reconnected() -> None:
+        reach.back()
         log.info("nats.reconnected")
 
     async def on_closed_cb() -> None:
+        reach.close()
         log.info("nats.closed")
         if connected and on_closed is not None:
-            on_closed()
+            on_closed(gave_up[0] if gave_up else "the NATS connection was closed for good")
 
     connecting = asyncio.ensure_future(
         nats.connect(
@@ -154,9 +171,10 @@ async def connect(
             **options,
         )
     )
+    reach.down()
     waiting: list[asyncio.Future[Any]] = [connecting, first_failure]
     try:
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waiting, timeout=reach.budget, return_when=asyncio.FIRST_COMPLETED)
     finally:
         if not connecting.done():
             connecting.cancel()
@@ -166,9 +184,22 @@ async def connect(
         failure = first_failure.result()
         raise ConnectionFailed(describe_failure(url, config, failure)) from failure
     first_failure.cancel()
+    if connecting.cancelled():
+        raise ConnectionFailed(reach.gave_up())
     connected = True
+    reach.back()
     client.append(connecting.result())
     return client[0]
+
+
+_background: set[asyncio.Task[None]] = set()
+
+
+def background(work: Coroutine[Any, Any, None]) -> None:
+    """Run work from a timer callback, holding the task until it is done."""
+    task = asyncio.ensure_future(work)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
 
 
 async def _connect_once(url: str, config: Config, options: dict[str, Any], timeout: float) -> Any:

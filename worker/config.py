@@ -69,6 +69,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     nats_tls_ca: str = ""
     nats_tls_cert: str = ""
     nats_tls_key: str = ""
+    # Seconds the worker keeps trying to reach NATS, at start or after losing it, before it
+    # exits non-zero for its supervisor to restart it (worker/reachability.py).
+    nats_reconnect_budget: Positive = 120.0
     # Days an audit row is kept; eviction removes older ones.
     audit_retention: Annotated[int, msgspec.Meta(ge=1, le=36500)] = 90
     tenancy: Literal["none", "account"] = "none"

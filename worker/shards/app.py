@@ -93,6 +93,7 @@ class ShardApp:
         self.leases: Leases | None = None
         self.plog: PartitionLog | None = None
         self.connection_lost = asyncio.Event()
+        self.lost_reason = ""
         self._subscriptions: dict[int, Any] = {}
         self._free_since: dict[int, float] = {}
         self._service: MemoryService | None = None
@@ -117,11 +118,15 @@ class ShardApp:
         node = self.nodes.get(partition)
         return node if node is not None and node.owner else None
 
+    def _nats_closed(self, reason: str) -> None:
+        self.lost_reason = reason
+        self.connection_lost.set()
+
     async def start(self) -> None:
         from worker.app import make_embedder
 
         config = self.config
-        self.nc = nc = await connect(config.nats_url, config, on_closed=self.connection_lost.set)
+        self.nc = nc = await connect(config.nats_url, config, on_closed=self._nats_closed)
         js = nc.jetstream()
         try:
             await js.account_info()
