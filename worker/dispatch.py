@@ -146,7 +146,7 @@ class Dispatcher:
     ) -> Outcome:
         started = time.perf_counter()
         agent = None
-        reported: tuple[Route, Any] | None = None  # a success, for the route's report
+        reported: tuple[Route, Any, Any] | None = None  # a success, for the route's report
         audit_call = None
         self.in_flight += 1
         try:
@@ -169,7 +169,7 @@ class Dispatcher:
                 elapsed = round((time.perf_counter() - started) * 1000, 3)
                 reply = msgspec.structs.replace(reply, duration_ms=elapsed)
             outcome = Outcome(self._encoder.encode(reply), None)
-            reported = (route, reply)
+            reported = (route, request, reply)
         except WorkerError as error:
             outcome = Outcome(self._encoder.encode(error_reply(error)), error)
         except DAMAGED as error:
@@ -199,7 +199,7 @@ class Dispatcher:
             **refusal,
         )
         if reported is not None and reported[0].report is not None:
-            reported[0].report(self.services, trigger, source, reported[1])
+            reported[0].report(self.services, trigger, source, reported[1], reported[2])
         return outcome
 
     def _count(

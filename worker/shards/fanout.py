@@ -87,7 +87,8 @@ def _scopes(req: AuditRequest) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """The scope of one partition's audit cursor (handlers/audit.py) and of the whole one."""
     tenant = None if req.tenant is UNSET else req.tenant
     since = None if req.since is UNSET else req.since
-    return ("audit", tenant, None, since), ("audit-all", tenant, since)
+    grants = None if req.grants is UNSET else req.grants
+    return ("audit", tenant, None, since, grants), ("audit-all", tenant, since, grants)
 
 
 async def audit_pages(req: AuditRequest, partitions: int, ask: Ask) -> AuditReply:
