@@ -32,8 +32,8 @@ GLOB_SPECIAL = "*?["
 
 @lru_cache(maxsize=1024)
 def glob_of(pattern: str) -> str | None:
-    """The GLOB pattern that matches what `fnmatchcase(name, pattern)` matches, or None when
-    the pattern matches nothing (a set that accepts no character)."""
+    """The GLOB pattern that matches the agent ids `fnmatchcase(name, pattern)` matches, or
+    None when it matches none (a set that accepts no character, a NUL)."""
     out: list[str] = []
     i, n = 0, len(pattern)
     while i < n:
@@ -43,6 +43,8 @@ def glob_of(pattern: str) -> str | None:
             out.append(c)
             continue
         if c != "[":
+            if not _storable(ord(c)):
+                return None  # no id holds it
             out.append(_literal(c))
             continue
         # Where fnmatch ends a set: a `]` right after `[` or `[!` belongs to it.
@@ -87,6 +89,10 @@ def matches_clause(grants: Sequence[str], column: str) -> tuple[str, tuple[str, 
 def can_match(grants: Sequence[str]) -> bool:
     """Whether any agent id could match one of the patterns."""
     return any(glob_of(pattern) is not None for pattern in grants)
+
+
+def _storable(point: int) -> bool:
+    return point != 0 and not SURROGATES[0] <= point <= SURROGATES[1]
 
 
 def _literal(c: str) -> str:

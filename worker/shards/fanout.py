@@ -1,6 +1,8 @@
 """What a request over every agent gets from the partitions that hold them, added up into one
 reply (SCALE.md "Across agents"): counts summed, usage groups merged by key, and the audit as
-one listing, oldest first, whose cursor says how far each partition has been read."""
+one listing, oldest first, whose cursor says how far each partition has been read. Each
+partition gets the request as dispatch scoped it, its caller's grants included
+(schema.base.OverAgents), so every partition keeps to them in its own SQL."""
 
 from __future__ import annotations
 
