@@ -187,6 +187,11 @@ async def test_a_tenants_stats_show_none_of_another_tenants_sanitiser_counts(
         # Operators in the worker's own account still see every tenant's.
         everything = (await operator.ok("memory::stats", {}))["sanitizer"]
         assert everything["redactions"] == {"email": 1, "phone": 1, "secret": 1}
+        # Nor another tenant's agents in the recall index.
+        for client in (alice, carol):
+            assert await client.recall("a1", "call write")
+        assert (await operator.ok("memory::stats", {}))["indexAgents"] == 2
+        assert (await carol.ok("memory::stats", {}))["indexAgents"] == 1
 
 
 async def test_a_tenants_stats_show_none_of_another_tenants_maintenance_runs(
