@@ -15,6 +15,7 @@ import msgspec
 from msgspec import UNSET
 
 from handlers.cursors import decode_cursor, encode_cursor
+from handlers.grants import matches_clause
 from handlers.paging import fitting_page
 from schema.base import Agent
 from schema.life import AuditEvent, AuditReply, AuditRequest
@@ -83,7 +84,7 @@ def audit_events(conn: apsw.Connection, req: AuditRequest, *, now: int, budget: 
     registry's calling convention, unused."""
     where: list[str] = ["1"]
     params: list[str | int] = []
-    scope: tuple[Any, ...] = ("audit", req.tenant, req.agent_id, req.since)
+    scope: tuple[Any, ...] = ("audit", req.tenant, req.agent_id, req.since, req.grants)
     scope = tuple(None if part is UNSET else part for part in scope)
     if req.tenant is not UNSET:
         where.append("tenant = ?")
@@ -91,6 +92,10 @@ def audit_events(conn: apsw.Connection, req: AuditRequest, *, now: int, budget: 
     if req.agent_id is not UNSET:
         where.append("agent_id = ?")
         params.append(req.agent_id)
+    if req.grants is not UNSET:  # only the agents the caller's grants match
+        granted, patterns = matches_clause(req.grants, "agent_id")
+        where.append(granted)
+        params.extend(patterns)
     if req.since is not UNSET:
         where.append("at >= ?")
         params.append(req.since)

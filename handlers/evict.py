@@ -17,6 +17,7 @@ import msgspec
 from msgspec import UNSET
 
 from handlers.audit import Change
+from handlers.grants import grants_clause
 from handlers.session_refs import remove_memories
 from handlers.switch import SWITCHED_ON
 from schema.base import Agent
@@ -60,13 +61,15 @@ KEPT = "pinned = 0 AND recall_policy != 'always'"
 
 def scope_of(req: EvictRequest | ConsolidateRequest) -> tuple[str, tuple[str, ...]]:
     """The SQL condition (` AND ...`) and parameters for what a maintenance request covers: its
-    tenant, or all of them when it names none; within that, its agent, or all of them."""
+    tenant, or all of them when it names none; within that, its agent, or all of them that
+    its caller's grants match."""
     scope, params = "", tuple[str, ...]()
     if req.tenant is not UNSET:
         scope, params = " AND tenant = ?", (req.tenant,)
     if req.agent_id is not UNSET:
         scope, params = scope + " AND agent_id = ?", (*params, req.agent_id)
-    return scope, params
+    granted, patterns = grants_clause(req.grants)
+    return scope + granted, (*params, *patterns)
 
 
 def plan_eviction(conn: apsw.Connection, req: EvictRequest, *, now: int) -> EvictionPlan:

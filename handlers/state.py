@@ -3,8 +3,13 @@ counts stats and metrics report. The triggers themselves: kv, tasks, usage and c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import apsw
 
+from handlers.stats import scope_where
+from handlers.tasks import visible_tasks
 from schema.base import Agent
 
 
@@ -39,24 +44,35 @@ STATE_COUNTED = (
 )
 
 
-def state_counts(conn: apsw.Connection, tenant: str | None, now: int) -> dict[str, int]:
-    """Keys (the `shared` ones included), tasks by status as the board reads at `now` (an
-    expired claim is pending), usage records and canonical sessions, of one tenant or all
-    (None)."""
-    where, params = ("", ()) if tenant is None else (" WHERE tenant = ?", (tenant,))
+def state_counts(
+    conn: apsw.Connection, tenant: str | None, now: int, grants: Sequence[str] | None = None
+) -> dict[str, int]:
+    """Keys (the `shared` ones included, unless grants leave them out), tasks by status as the
+    board reads at `now` (an expired claim is pending), usage records and canonical sessions,
+    of one tenant or all (None), and within it of the agents `grants` match (None: all; the
+    tasks such a user's listing shows: handlers/tasks.py)."""
+    where, params = scope_where(tenant, grants)
 
-    def one(sql: str, *extra: int) -> int:
+    def one(sql: str, extra: tuple[Any, ...] = ()) -> int:
         [(value,)] = conn.execute(sql, (*params, *extra)).fetchall()
         return int(str(value or 0))
 
-    both = where + (" AND" if where else " WHERE")
-    claimed = one(f"SELECT count(*) FROM tasks{both} status = 'claimed' AND claim_expires > ?", now)
-    open_tasks = one(f"SELECT count(*) FROM tasks{both} status <> 'completed'")
+    shown, shown_params = ("1", ()) if grants is None else visible_tasks(grants, now)
+    tasks_where, tasks_params = scope_where(tenant, None)
+    tasks_where = f"{tasks_where} AND {shown}"
+
+    def tasks(condition: str, *extra: int) -> int:
+        sql = f"SELECT count(*) FROM tasks WHERE {tasks_where} AND {condition}"
+        [(value,)] = conn.execute(sql, (*tasks_params, *shown_params, *extra)).fetchall()
+        return int(str(value or 0))
+
+    claimed = tasks("status = 'claimed' AND claim_expires > ?", now)
+    open_tasks = tasks("status <> 'completed'")
     return {
-        "kv_keys": one(f"SELECT count(*) FROM kv{where}"),
+        "kv_keys": one(f"SELECT count(*) FROM kv WHERE {where}"),
         "tasks_pending": open_tasks - claimed,
         "tasks_claimed": claimed,
-        "tasks_completed": one(f"SELECT count(*) FROM tasks{both} status = 'completed'"),
-        "usage_records": one(f"SELECT sum(events) FROM usage_days{where}"),
-        "canonical_sessions": one(f"SELECT count(*) FROM canonical_sessions{where}"),
+        "tasks_completed": tasks("status = 'completed'"),
+        "usage_records": one(f"SELECT sum(events) FROM usage_days WHERE {where}"),
+        "canonical_sessions": one(f"SELECT count(*) FROM canonical_sessions WHERE {where}"),
     }

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import apsw
+
+from handlers.grants import matches_clause
 
 COUNTED = (
     "agents",
@@ -18,10 +22,13 @@ COUNTED = (
 )
 
 
-def database_counts(conn: apsw.Connection, tenant: str | None = None) -> dict[str, int]:
-    """Counts over one tenant's rows, or every tenant's (None); the file's size either way.
-    An agent is a (tenant, agentId) pair: `a1` of two tenants counts twice."""
-    where, params = ("", ()) if tenant is None else (" WHERE tenant = ?", (tenant,))
+def database_counts(
+    conn: apsw.Connection, tenant: str | None = None, grants: Sequence[str] | None = None
+) -> dict[str, int]:
+    """Counts over one tenant's rows, or every tenant's (None), and within it over the agents
+    `grants` match (None: every agent); the file's size either way. An agent is a (tenant,
+    agentId) pair: `a1` of two tenants counts twice."""
+    where, params = scope_where(tenant, grants)
 
     def one(sql: str, params: tuple[str, ...] = params) -> int:
         [(value,)] = conn.execute(sql, params).fetchall()
@@ -29,27 +36,37 @@ def database_counts(conn: apsw.Connection, tenant: str | None = None) -> dict[st
 
     return {
         "agents": one(
-            f"SELECT count(*) FROM (SELECT DISTINCT tenant, agent_id FROM memories{where})"
+            f"SELECT count(*) FROM (SELECT DISTINCT tenant, agent_id FROM memories WHERE {where})"
         ),
-        "memories": one(f"SELECT count(*) FROM memories{where}"),
+        "memories": one(f"SELECT count(*) FROM memories WHERE {where}"),
         "memories_without_vector": one(
-            f"SELECT count(*) FROM memories{where or ' WHERE 1'} AND embedding IS NULL"
+            f"SELECT count(*) FROM memories WHERE {where} AND embedding IS NULL"
         ),
-        "memories_pinned": one(
-            f"SELECT count(*) FROM memories{where or ' WHERE 1'} AND pinned = 1"
-        ),
+        "memories_pinned": one(f"SELECT count(*) FROM memories WHERE {where} AND pinned = 1"),
         "memories_forgotten": one(
-            f"SELECT count(*) FROM memories{where or ' WHERE 1'} AND forgotten_at IS NOT NULL"
+            f"SELECT count(*) FROM memories WHERE {where} AND forgotten_at IS NOT NULL"
         ),
-        "agents_disabled": one(f"SELECT count(*) FROM agent_switch{where}"),
-        "entities": one(f"SELECT count(*) FROM kg_entities{where}"),
-        "relations": one(f"SELECT count(*) FROM kg_relations{where}"),
-        "sessions": one(f"SELECT count(*) FROM sessions{where}"),
-        "audit_events": one(f"SELECT count(*) FROM audit{where}"),
+        "agents_disabled": one(f"SELECT count(*) FROM agent_switch WHERE {where}"),
+        "entities": one(f"SELECT count(*) FROM kg_entities WHERE {where}"),
+        "relations": one(f"SELECT count(*) FROM kg_relations WHERE {where}"),
+        "sessions": one(f"SELECT count(*) FROM sessions WHERE {where}"),
+        "audit_events": one(f"SELECT count(*) FROM audit WHERE {where}"),
         "database_bytes": one(
             "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()", ()
         ),
     }
+
+
+def scope_where(tenant: str | None, grants: Sequence[str] | None) -> tuple[str, tuple[str, ...]]:
+    """A WHERE condition over a table with `tenant` and `agent_id` for one tenant (or all) and
+    the agents `grants` match (or all), and its parameters."""
+    where, params = "1", tuple[str, ...]()
+    if tenant is not None:
+        where, params = "tenant = ?", (tenant,)
+    if grants is not None:
+        granted, patterns = matches_clause(grants, "agent_id")
+        where, params = f"{where} AND {granted}", (*params, *patterns)
+    return where, params
 
 
 def memories_by_tenant(conn: apsw.Connection) -> dict[str, int]:

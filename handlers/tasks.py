@@ -12,6 +12,7 @@ then, and `claim_expires` is what decides.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from msgspec import UNSET
 
 from handlers.audit import Change
 from handlers.cursors import decode_cursor, encode_cursor
+from handlers.grants import matches_clause
 from handlers.kv import check_json
 from handlers.paging import fitting_page
 from schema.base import Agent, agent_of, tenant_of
@@ -44,6 +46,19 @@ COLUMNS = (
 )
 # A task a claim may take at `?` (the time): pending, or claimed by a claim that has expired.
 CLAIMABLE = "(status = 'pending' OR (status = 'claimed' AND claim_expires <= ?))"
+
+
+def visible_tasks(grants: Sequence[str], now: int) -> tuple[str, tuple[Any, ...]]:
+    """The tasks a user with grants sees on the board at `now`: those its agents posted, are
+    assigned or hold (or held), and the unassigned ones its agents may claim. A condition over
+    `tasks` and its parameters."""
+    parts, params = [], list[Any]()
+    for column in ("agent_id", "assignee", "claimed_by"):
+        sql, patterns = matches_clause(grants, column)
+        parts.append(sql)
+        params.extend(patterns)
+    parts.append(f"(assignee IS NULL AND {CLAIMABLE})")
+    return "(" + " OR ".join(parts) + ")", (*params, now)
 
 
 def task_of(row: Any, now: int) -> Task:
@@ -201,7 +216,7 @@ def task_list(
     tenant = tenant_of(req)
     status = None if req.status is UNSET else req.status
     assignee = None if req.assignee is UNSET else req.assignee
-    scope = ("tasks", tenant, status, assignee)
+    scope = ("tasks", tenant, status, assignee, None if req.grants is UNSET else req.grants)
     where: list[str] = ["tenant = ?"]
     params: list[Any] = [tenant]
     if status == "pending":
@@ -215,6 +230,10 @@ def task_list(
     if assignee is not None:
         where.append("assignee = ?")
         params.append(assignee)
+    if req.grants is not UNSET:
+        shown, shown_params = visible_tasks(req.grants, now)
+        where.append(shown)
+        params.extend(shown_params)
     if req.cursor is not UNSET:
         [after] = decode_cursor(req.cursor, scope, 1)
         where.append("seq > ?")

@@ -18,6 +18,7 @@ import apsw
 from msgspec import UNSET
 
 from handlers.audit import Change
+from handlers.grants import matches_clause
 from schema.base import Agent, agent_of, tenant_of
 from schema.usage import (
     UsageGroup,
@@ -121,6 +122,10 @@ def usage_query(conn: apsw.Connection, req: UsageQueryRequest, *, now: int) -> U
     if req.agent_id is not UNSET:
         where.append("agent_id = ?")
         params.append(req.agent_id)
+    if req.grants is not UNSET:  # only the agents the caller's grants match
+        granted, patterns = matches_clause(req.grants, "agent_id")
+        where.append(granted)
+        params.extend(patterns)
     scope = " AND ".join(where)
     since = 0 if req.since is UNSET else req.since
     until = END_OF_TIME if req.until is UNSET else req.until

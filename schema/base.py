@@ -65,6 +65,15 @@ class TriggerRequest(Request, frozen=True, kw_only=True):
     tenant: Tenant | UnsetType = UNSET
 
 
+class OverAgents(TriggerRequest, frozen=True, kw_only=True):
+    """A request that may act on many agents of its tenant at once (maintenance, stats, audit,
+    the task board's listing, usage totals). `grants` is set by the worker, never by a caller:
+    the agent patterns of the caller's MEMORY_WORKER_GRANTS entry, which the handler's SQL
+    keeps to (handlers/grants.py); unset, every agent of the tenant."""
+
+    grants: list[str] | UnsetType = UNSET
+
+
 def tenant_of(request: TriggerRequest) -> str:
     """The tenant a request acts in: the default tenant when none was set."""
     return request.tenant if isinstance(request.tenant, str) else DEFAULT_TENANT

@@ -14,6 +14,7 @@ from schema.base import (
     EntityId,
     Id,
     Millis,
+    OverAgents,
     Reply,
     Request,
     Role,
@@ -212,7 +213,7 @@ class KgDeleteReply(Reply, frozen=True):
     relations: int
 
 
-class AuditRequest(TriggerRequest, frozen=True):
+class AuditRequest(OverAgents, frozen=True):
     agent_id: AgentId | UnsetType = UNSET
     since: Millis | UnsetType = UNSET
     cursor: Cursor | UnsetType = UNSET

@@ -7,7 +7,16 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from schema.base import AgentId, Millis, Reply, Role, SessionId, TriggerRequest, Unit
+from schema.base import (
+    AgentId,
+    Millis,
+    OverAgents,
+    Reply,
+    Role,
+    SessionId,
+    TriggerRequest,
+    Unit,
+)
 from schema.life import Filters, MemoryOut
 from schema.taxonomy import Category, RecallPolicy, Sensitivity, Tags
 
@@ -85,7 +94,7 @@ class RecallReply(Reply, frozen=True, omit_defaults=True):
     pinned: list[MemoryOut] | None = None
 
 
-class EvictRequest(TriggerRequest, frozen=True):
+class EvictRequest(OverAgents, frozen=True):
     max_age: Millis = 30 * DAY_MS
     min_importance: Unit = 0.2
     min_confidence: Unit = 0.1
@@ -106,7 +115,7 @@ class EvictReply(Reply, frozen=True):
     duration_ms: float
 
 
-class ConsolidateRequest(TriggerRequest, frozen=True):
+class ConsolidateRequest(OverAgents, frozen=True):
     decay_rate: Unit = 0.05
     agent_id: AgentId | UnsetType = UNSET
     # An extension (README "memory::consolidate"): memories of one agent and role whose vectors'

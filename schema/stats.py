@@ -6,10 +6,10 @@ from typing import Literal
 
 from msgspec import UNSET, UnsetType
 
-from schema.base import AgentId, Reply, TriggerRequest
+from schema.base import AgentId, OverAgents, Reply
 
 
-class StatsRequest(TriggerRequest, frozen=True):
+class StatsRequest(OverAgents, frozen=True):
     # Also say whether this agent's memory is switched on (`enabled`, section 17).
     agent_id: AgentId | UnsetType = UNSET
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from schema.base import AgentId, Id, Reply, TriggerRequest
+from schema.base import AgentId, Id, OverAgents, Reply, TriggerRequest
 from schema.kv import JsonValue
 from schema.life import Cursor
 
@@ -62,7 +62,7 @@ class TaskCompleteReply(Reply, frozen=True):
     task: Task
 
 
-class TaskListRequest(TriggerRequest, frozen=True):
+class TaskListRequest(OverAgents, frozen=True):
     status: Status | UnsetType = UNSET
     assignee: AgentId | UnsetType = UNSET
     limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100

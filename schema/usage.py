@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from schema.base import AgentId, Id, Millis, Reply, TriggerRequest
+from schema.base import AgentId, Id, Millis, OverAgents, Reply, TriggerRequest
 
 # At most 10^12 per record, so that sums over millions of records stay within SQLite's integers.
 Tokens = Annotated[int, msgspec.Meta(ge=0, le=10**12)]
@@ -28,7 +28,7 @@ class UsageRecordReply(Reply, frozen=True):
     recorded: bool
 
 
-class UsageQueryRequest(TriggerRequest, frozen=True):
+class UsageQueryRequest(OverAgents, frozen=True):
     group_by: Literal["model", "agent", "day"]
     agent_id: AgentId | UnsetType = UNSET
     since: Millis | UnsetType = UNSET  # timestamp >= since

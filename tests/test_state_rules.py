@@ -48,7 +48,8 @@ async def test_grants_bind_agent_ids_and_task_posters_but_not_the_shared_namespa
     tenanted: App,  # noqa: F811
 ) -> None:
     """alice may act only as `planner-*`: as the agent of keys, claims, completions and usage,
-    and as the poster of a task; `shared` and the board's listing are the tenant's."""
+    and as the poster of a task; `shared` is the tenant's (the board's listing under grants:
+    tests/test_grants_bus.py)."""
     for trigger, body, field in (
         ("memory::kv::set", {"agentId": "other", "key": "k", "value": 1}, "agentId"),
         ("memory::task::post", {"title": "t", "createdBy": "other"}, "createdBy"),

@@ -193,7 +193,7 @@ async def canonical_append(s: Services, req: CanonicalAppendRequest) -> Canonica
     compacts it before replying, so the summary is in place when the reply arrives."""
     prepared = await prepare_append(s, req)
     answer: Answer = await commit(s, APPEND, APPEND_WRITE, req, prepared=prepared)
-    s.telemetry.sanitizer.count(answer.stored.redactions or {}, answer.stored.flags or [])
+    s.telemetry.sanitized(tenant_of(req), answer.stored.redactions or {}, answer.stored.flags or [])
     if prepared.embedding is None and answer.stored.stored and s.backfill is not None:
         s.backfill.add(tenant_of(req), req.agent_id)  # deferred, or the embedder failed
     # Section 7's defaults: compacted from 30 messages on, the 10 most recent kept.

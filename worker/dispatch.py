@@ -153,7 +153,7 @@ class Dispatcher:
     ) -> Outcome:
         started = time.perf_counter()
         agent = None
-        reported: tuple[Route, Any] | None = None  # a success, for the route's report
+        reported: tuple[Route, Any, Any] | None = None  # a success, for the route's report
         audit_call = None
         self.in_flight += 1
         try:
@@ -179,7 +179,7 @@ class Dispatcher:
             if budget is not None and len(body) > budget:
                 raise too_large(len(body), budget, route.bounded_by)
             outcome = Outcome(body, None)
-            reported = (route, reply)
+            reported = (route, request, reply)
         except WorkerError as error:
             outcome = Outcome(self._encoder.encode(error_reply(error)), error)
         except DAMAGED as error:
@@ -209,7 +209,7 @@ class Dispatcher:
             **refusal,
         )
         if reported is not None and reported[0].report is not None:
-            reported[0].report(self.services, trigger, source, reported[1])
+            reported[0].report(self.services, trigger, source, reported[1], reported[2])
         return outcome
 
     def _count(

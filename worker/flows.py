@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import apsw
@@ -42,6 +44,7 @@ from worker.payload import reply_budget, too_large
 from worker.recall_index.view import Snapshot
 from worker.services import Services
 from worker.storing import STORE, prepare_store
+from worker.telemetry import SanitizerCounts, Telemetry
 from worker.writes import Write, commit, seeded_ids
 
 
@@ -53,7 +56,7 @@ async def store(s: Services, req: StoreRequest) -> StoreReply:
     await s.recalls_first.after_recalls()
     prepared = await prepare_store(s, req)
     reply: StoreReply = await commit(s, "memory::store", STORE, req, prepared=prepared)
-    s.telemetry.sanitizer.count(reply.redactions or {}, reply.flags or [])
+    s.telemetry.sanitized(tenant_of(req), reply.redactions or {}, reply.flags or [])
     if prepared.embedding is None and reply.stored and s.backfill is not None:
         s.backfill.add(tenant_of(req), req.agent_id)  # deferred, or the embedder failed
     return reply
@@ -166,25 +169,28 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
     """Answers even when the database is damaged: that is when an operator asks."""
     t = s.telemetry
     counts: dict[str, int | None]
+    sanitised = t.sanitizer
     enabled = None
     tenant = req.tenant if isinstance(req.tenant, str) else None
+    grants = req.grants if isinstance(req.grants, list) else None
     try:
-        counts = dict(await s.readers.run(lambda conn: database_counts(conn, tenant)))
+        counts = dict(await s.readers.run(lambda conn: database_counts(conn, tenant, grants)))
         now = s.clock()
-        counts |= await s.readers.run(lambda conn: state_counts(conn, tenant, now))
+        counts |= await s.readers.run(lambda conn: state_counts(conn, tenant, now, grants))
         if req.agent_id is not UNSET:
             agent = agent_of(req)
             enabled = not await s.readers.run(lambda conn: switched_off(conn, agent))
     except DAMAGED as error:
         t.health.corrupt(f"memory::stats: {type(error).__name__}: {error}")
         counts = dict.fromkeys(COUNTED + STATE_COUNTED)
+    if tenant is not None:  # the tenant's own texts only
+        sanitised = t.sanitizer_by_tenant.get(tenant, SanitizerCounts())
     path = Path(s.config.db_path)
     on_disk = sum(
         candidate.stat().st_size
         for candidate in (path, path.with_name(path.name + "-wal"))
         if candidate.exists()
     )
-    next_fires = t.next_fires(s.clock())
     return StatsReply(
         health=t.health.state,
         health_reason=t.health.reason,
@@ -216,23 +222,41 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
         canonical_sessions=counts["canonical_sessions"],
         database_bytes=on_disk,
         in_flight=t.in_flight,
-        index_agents=s.index.loaded_agents(),
-        schedule={
-            name: JobFigures(
-                cron=record.cron,
-                next_fire=next_fires.get(name, 0),
-                last_fire=record.last_fire,
-                last_outcome=record.last_outcome,
-                last_run=None if record.last_run is None else run_figures(record.last_run),
-            )
-            for name, record in t.jobs.items()
-        },
+        index_agents=s.index.loaded_agents(tenant, granted(grants)),
+        schedule=schedule_figures(t, tenant, s.clock()),
         sanitizer=SanitizerFigures(
-            redactions=dict(sorted(t.sanitizer.redactions.items())),
-            flags=dict(sorted(t.sanitizer.flags.items())),
+            redactions=dict(sorted(sanitised.redactions.items())),
+            flags=dict(sorted(sanitised.flags.items())),
         ),
         enabled=enabled,
     )
+
+
+def granted(grants: list[str] | None) -> Callable[[str], bool] | None:
+    """Whether an agent id is one of those the grants match; None when no grants limit."""
+    if grants is None:
+        return None
+    return lambda agent_id: any(fnmatchcase(agent_id, pattern) for pattern in grants)
+
+
+def schedule_figures(t: Telemetry, tenant: str | None, now: int) -> dict[str, JobFigures]:
+    """The maintenance jobs as a tenant sees them (None: an operator over every tenant): the
+    schedule, and the last run that acted in that tenant alone (an operator: the last run of
+    any). A job nobody scheduled shows only to a tenant that ran it."""
+    next_fires = t.next_fires(now)
+    figures = {}
+    for name, record in t.jobs.items():
+        run = record.last_run if tenant is None else record.runs_by_tenant.get(tenant)
+        if tenant is not None and not record.cron and run is None:
+            continue  # run by hand in another tenant
+        figures[name] = JobFigures(
+            cron=record.cron,
+            next_fire=next_fires.get(name, 0),
+            last_fire=record.last_fire,
+            last_outcome=record.last_outcome,
+            last_run=None if run is None else run_figures(run),
+        )
+    return figures
 
 
 class Repaired(msgspec.Struct, frozen=True):

@@ -85,7 +85,7 @@ async def update(s: Services, req: UpdateRequest) -> UpdateReply:
     store's is (worker/storing.py)."""
     prepared = await prepare_update(s, req)
     reply: UpdateReply = await commit(s, "memory::update", UPDATE, req, prepared=prepared)
-    s.telemetry.sanitizer.count(reply.redactions, reply.flags)
+    s.telemetry.sanitized(tenant_of(req), reply.redactions, reply.flags)
     if req.content is not UNSET and prepared.embedding is None and s.backfill is not None:
         s.backfill.add(tenant_of(req), req.agent_id)  # the embedder failed: later
     return reply

@@ -196,7 +196,7 @@ def job_name(trigger: str) -> str:
     return trigger.rsplit("::", 1)[-1]
 
 
-def report(s: Context, trigger: str, source: str, reply: Any) -> None:
+def report(s: Context, trigger: str, source: str, request: Any, reply: Any) -> None:
     figures = counts(reply)
     dry_run = bool(getattr(reply, "dry_run", False))
     job = job_name(trigger)
@@ -212,7 +212,10 @@ def report(s: Context, trigger: str, source: str, reply: Any) -> None:
     record = s.telemetry.jobs.setdefault(
         job, JobRecord(cron="")
     )  # fired by hand, not on the schedule
-    record.last_run = MaintenanceRun(at=s.clock(), source=source, counts=figures, dry_run=dry_run)
+    run = MaintenanceRun(at=s.clock(), source=source, counts=figures, dry_run=dry_run)
+    record.last_run = run
+    if isinstance(request.tenant, str):  # it acted in that tenant only
+        record.runs_by_tenant[request.tenant] = run
 
 
 def run_figures(run: MaintenanceRun) -> RunFigures:

@@ -123,8 +123,9 @@ class Route:
     reply_type: type[Reply]
     # The reply has a `durationMs` that dispatch fills with the time the call took.
     timed: bool = False
-    # After a success, what operators are told beyond `trigger.handled` (maintenance counts).
-    report: Callable[[Context, str, str, Any], None] | None = None
+    # After a success, what operators are told beyond `trigger.handled` (maintenance counts):
+    # called with the services, the trigger, the source, the scoped request and the reply.
+    report: Callable[[Context, str, str, Any, Any], None] | None = None
     # Under tenancy, an administrative request may omit `tenant` to act on every tenant.
     all_tenants: bool = False
     # For a WRITER route: what a success changed, recorded in the audit in the same

@@ -56,6 +56,9 @@ class JobRecord:
     last_fire: int | None = None
     last_outcome: str | None = None
     last_run: MaintenanceRun | None = None
+    # The last run that acted in one tenant only, by tenant: what that tenant's memory::stats
+    # shows (a run over every tenant, the schedule's, is the operators' alone).
+    runs_by_tenant: dict[str, MaintenanceRun] = field(default_factory=dict)
 
 
 @dataclass
@@ -88,7 +91,6 @@ def no_fires(now_ms: int) -> dict[str, int]:
 
 
 @dataclass
-@dataclass
 class SanitizerCounts:
     """What the sanitiser did to stored and updated texts since start (memory::stats, the
     metrics): replacements by placeholder type, memories by flag."""
@@ -116,6 +118,13 @@ class Telemetry:
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     health: Health = field(default_factory=Health)
     sanitizer: SanitizerCounts = field(default_factory=SanitizerCounts)
+    # The same, by the tenant of the texts: what a tenant's memory::stats shows.
+    sanitizer_by_tenant: dict[str, SanitizerCounts] = field(default_factory=dict)
+
+    def sanitized(self, tenant: str, redactions: dict[str, int], flags: list[str]) -> None:
+        """What the sanitiser did to one stored or updated text of `tenant`."""
+        self.sanitizer.count(redactions, flags)
+        self.sanitizer_by_tenant.setdefault(tenant, SanitizerCounts()).count(redactions, flags)
 
     def count(
         self, trigger: str, duration_ms: float, error_code: str | None, tenant: str | None = None

@@ -7,6 +7,11 @@ another account. A request without the header came from inside the worker's own 
 (operators, the CLI) and is administrative, as is the scheduler, and a request stamped with the
 worker's own account. An administrative request names the tenant it acts in; a tenant's request
 acts in its own tenant and may not name one.
+
+A user with grants (MEMORY_WORKER_GRANTS) may name only the agents they match, and a request
+over many agents (schema.base.OverAgents: maintenance, stats, audit, the board's listing, usage
+totals) carries the user's patterns to its handler, whose SQL keeps to them (handlers/grants.py);
+it is 403 when they can match no agent at all.
 """
 
 from __future__ import annotations
@@ -19,11 +24,15 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from schema.base import TriggerRequest
+from handlers.grants import can_match
+from schema.base import OverAgents, TriggerRequest
 from schema.errors import Forbidden, InvalidRequest
 from worker.config import Config, grant_patterns
 
 REQUEST_INFO = "Nats-Request-Info"
+GRANTS_NOT_ASKED = (
+    "grants: set by the worker from MEMORY_WORKER_GRANTS, never by a request - at `$.grants`"
+)
 
 
 class RequestInfo(msgspec.Struct, frozen=True):
@@ -54,10 +63,12 @@ ADMIN = Caller()
 
 
 def caller_of(headers: Mapping[str, str] | None, own_account: str) -> Caller:
-    """The caller a request's headers name. An unreadable header is refused rather than read
-    as administrative: only the server (or the worker's own account) writes it."""
+    """The caller a request's headers name. Only a request without the header is administrative
+    (it came from inside the worker's own account); an empty or unreadable one is refused
+    rather than read as administrative: only the server (or the worker's own account) writes
+    it."""
     raw = (headers or {}).get(REQUEST_INFO)
-    if not raw:
+    if raw is None:
         return ADMIN
     try:
         info = _decode_info(raw)
@@ -79,12 +90,18 @@ class Grants:
     def __init__(self, patterns: Mapping[str, list[str]] | None = None) -> None:
         self._patterns = dict(patterns or {})
 
-    def allows(self, caller: Caller, agent_id: str) -> bool:
+    def patterns(self, caller: Caller) -> list[str] | None:
+        """The caller's agent patterns; None when nothing limits it (an administrative caller,
+        a user matched by no entry)."""
         if caller.tenant is None:
-            return True
+            return None
         patterns = self._patterns.get(f"{caller.tenant}/{caller.user or ''}")
         if patterns is None:
             patterns = self._patterns.get(f"{caller.tenant}/*")
+        return patterns
+
+    def allows(self, caller: Caller, agent_id: str) -> bool:
+        patterns = self.patterns(caller)
         return patterns is None or any(fnmatchcase(agent_id, p) for p in patterns)
 
 
@@ -104,6 +121,8 @@ def scoped(
     the one an administrative caller named; refused when the caller may not ask it. The
     worker's own account is never a tenant (its requests are administrative), so no request
     acts in a tenant of that name, whether named or taken from an ingest subject."""
+    if getattr(request, "grants", UNSET) is not UNSET:
+        raise InvalidRequest(GRANTS_NOT_ASKED)
     if own_account in (caller.tenant, request.tenant):
         raise InvalidRequest(
             f"tenant: {own_account!r} is the worker's own account, not a tenant - at `$.tenant`"
@@ -122,11 +141,20 @@ def scoped(
         agent_id: Any = getattr(request, field, None)
         if isinstance(agent_id, str) and not grants.allows(caller, agent_id):
             raise Forbidden(f"{name}: {agent_id!r} is not granted to this user - at `$.{name}`")
+    patterns = grants.patterns(caller)
+    if patterns is not None and isinstance(request, OverAgents):
+        if not can_match(patterns):
+            raise Forbidden(
+                "agentId: this user is granted no agent (MEMORY_WORKER_GRANTS) - at `$.agentId`"
+            )
+        return msgspec.structs.replace(request, tenant=caller.tenant, grants=list(patterns))
     return msgspec.structs.replace(request, tenant=caller.tenant)
 
 
 def untenanted(request: TriggerRequest) -> TriggerRequest:
     """With tenancy off, every request acts in the default tenant and may not name another."""
+    if getattr(request, "grants", UNSET) is not UNSET:
+        raise InvalidRequest(GRANTS_NOT_ASKED)
     if request.tenant is not UNSET:
         raise InvalidRequest(
             "tenant: tenancy is off (MEMORY_WORKER_TENANCY=none); omit it - at `$.tenant`"

@@ -205,12 +205,19 @@ class MemoryIndex:
             self._agents.clear()
             self._generation += 1
 
-    def loaded_agents(self, tenant: str | None = None) -> int:
-        """Agents loaded now: of every tenant, or (for a tenant's memory::stats) of one. Without
-        the lock, as the event loop calls it: copying the keys is one atomic step."""
+    def loaded_agents(
+        self, tenant: str | None = None, granted: Callable[[str], bool] | None = None
+    ) -> int:
+        """Agents loaded now: of every tenant, or (for a tenant's memory::stats) of one, and of
+        those the agents `granted` says yes to (a user's grants). Without the lock, as the event
+        loop calls it: copying the keys is one atomic step."""
         if tenant is None:
             return len(self._agents)
-        return sum(1 for loaded, _ in list(self._agents) if loaded == tenant)
+        return sum(
+            1
+            for loaded, agent_id in list(self._agents)
+            if loaded == tenant and (granted is None or granted(agent_id))
+        )
 
     def attach(self, conn: apsw.Connection) -> None:
         """Follow the change log from its end on the writer's connection; start the saver."""

@@ -1,6 +1,8 @@
 """What a request over every agent gets from the partitions that hold them, added up into one
 reply (SCALE.md "Across agents"): counts summed, usage groups merged by key, and the audit as
-one listing, oldest first, whose cursor says how far each partition has been read."""
+one listing, oldest first, whose cursor says how far each partition has been read. Each
+partition gets the request as dispatch scoped it, its caller's grants included
+(schema.base.OverAgents), so every partition keeps to them in its own SQL."""
 
 from __future__ import annotations
 
@@ -89,7 +91,8 @@ def _scopes(req: AuditRequest) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """The scope of one partition's audit cursor (handlers/audit.py) and of the whole one."""
     tenant = None if req.tenant is UNSET else req.tenant
     since = None if req.since is UNSET else req.since
-    return ("audit", tenant, None, since), ("audit-all", tenant, since)
+    grants = None if req.grants is UNSET else req.grants
+    return ("audit", tenant, None, since, grants), ("audit-all", tenant, since, grants)
 
 
 async def audit_pages(req: AuditRequest, partitions: int, ask: Ask, budget: int) -> AuditReply:
