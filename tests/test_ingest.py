@@ -387,3 +387,24 @@ async def test_a_redelivered_message_forwarded_to_another_shards_partition_chang
         finally:
             await nc.close()
         assert totals["total"]["events"] == 1
+
+
+async def test_the_keys_of_messages_below_the_ack_floor_go_with_the_next_write(
+    nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table of applied messages stays small: once every message up to a sequence is
+    acknowledged (the consumer's ack floor), the next write of that stream removes their keys."""
+    monkeypatch.setattr(ingest_streams, "FLOOR_S", 0.0)  # the floor read for every batch
+    db = tmp_path / "memory.db"
+    async with ingesting(nats_url, db) as (js, _):
+        usage = {"agentId": "a", "model": "m", "promptTokens": 1, "completionTokens": 1}
+        for _ in range(50):
+            await js.publish("memory.ingest.usage.record", msgspec.json.encode(usage))
+        deadline = time.monotonic() + 20
+        while (await js.consumer_info("MEMORY_INGEST", "memory-worker")).ack_floor.stream_seq < 50:
+            assert time.monotonic() < deadline, "the 50 were never all acknowledged"
+            await asyncio.sleep(0.05)
+        assert 0 < one(db, "SELECT count(*) FROM ingested") <= 50
+        await js.publish("memory.ingest.usage.record", msgspec.json.encode(usage))
+        await wait_until(lambda: one(db, "SELECT count(*) FROM usage") == 51)
+        assert one(db, "SELECT seq FROM ingested") == 51
