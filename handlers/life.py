@@ -180,6 +180,7 @@ def apply_erase(conn: apsw.Connection, plan: Erasure) -> EraseReply:
     )
     gone("audit")
     gone("agent_switch")
+    gone("ingested")  # the keys of its ingested writes (handlers/ingested.py)
     return reply
 
 

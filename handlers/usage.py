@@ -46,11 +46,12 @@ class Recorded:
     timestamp: int
 
 
-def decide_record(req: UsageRecordRequest, *, now: int) -> Recorded:
+def decide_record(req: UsageRecordRequest, *, now: int, record_id: str | None = None) -> Recorded:
+    """`record_id`: the id a write's decision chose (worker/state.py), else a fresh one."""
     timestamp = now if req.timestamp is UNSET else req.timestamp
     return Recorded(
-        agent_of(req), uuid.uuid4().hex, req.model, req.prompt_tokens, req.completion_tokens,
-        req.cost_usd, timestamp,
+        agent_of(req), record_id or uuid.uuid4().hex, req.model, req.prompt_tokens,
+        req.completion_tokens, req.cost_usd, timestamp,
     )  # fmt: skip
 
 

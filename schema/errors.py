@@ -83,6 +83,15 @@ class Unavailable(WorkerError):
     code = "unavailable"
 
 
+class Repeated(WorkerError):
+    """Not a failure: the ingested message a write belongs to was applied already (a redelivery
+    after a crash), so nothing was done again (handlers/ingested.py). Ingestion acknowledges it;
+    no bus request ever gets it."""
+
+    status = "208"
+    code = "already_applied"
+
+
 class ErrorDetail(msgspec.Struct, frozen=True):
     code: str
     message: str

@@ -1,6 +1,7 @@
 """Durable ingestion under tenancy, on the shipped NATS config: JetStream keeps no
 `Nats-Request-Info`, so the tenant is the subject token the server's import mapping puts there
-(`memory.ingest.TEAM_A.store`), which no tenant can choose."""
+(`memory.ingest.TEAM_A.store`), which no tenant can choose; and each tenant's messages go to a
+stream of its own, so that no tenant can drop or count another's."""
 
 from __future__ import annotations
 
@@ -14,9 +15,21 @@ from typing import Any
 
 import msgspec
 import pytest
-from nats.js.errors import NotFoundError
+from nats.js.api import RetentionPolicy, StreamConfig
+from nats.js.errors import APIError, NotFoundError
 
-from tests.shipped_nats import CONF, PASSWORDS, TenantBus, tenant_bus
+from tests.conftest import worker_config
+from tests.shipped_nats import (
+    CONF,
+    PASSWORDS,
+    TenantBus,
+    connect_as,
+    password,
+    shipped_nats,
+    tenant_bus,
+)
+from tests.support import Client
+from worker.app import App
 from worker.embedded import server_binary
 
 
@@ -46,7 +59,7 @@ async def test_a_memory_ingested_by_a_tenant_lands_in_that_tenants_agent_only(
     alice, carol = await bus.user("alice"), await bus.user("carol")
     payload = msgspec.json.encode({"agentId": "a1", "content": "ingested for TEAM_A"})
     ack = await alice.nc.jetstream().publish("memory.ingest.store", payload)
-    assert ack.stream == "MEMORY_INGEST"
+    assert ack.stream == "MEMORY_INGEST_TEAM_A"
     deadline = time.monotonic() + 20
     while not await alice.recall("a1", "ingested"):
         assert time.monotonic() < deadline, "the ingested memory never appeared"
@@ -77,15 +90,136 @@ async def test_a_tenant_publishing_on_another_tenants_ingest_subject_stays_in_it
     assert await carol.recall("a1") == []
 
 
-async def test_an_ingest_subject_without_a_tenant_is_dead_lettered_saying_so(
+async def test_an_ingest_subject_without_a_tenant_is_refused_and_dead_lettered_saying_so(
     bus: TenantBus,
 ) -> None:
     operator = await bus.user("operator")  # the worker's own account: no import adds a tenant
     payload = msgspec.json.encode({"agentId": "a1", "content": "whose?"})
-    await operator.nc.jetstream().publish("memory.ingest.store", payload)
+    with pytest.raises(APIError) as refused:
+        await operator.nc.jetstream().publish("memory.ingest.store", payload)
+    assert refused.value.code == 400 and "no tenant" in str(refused.value.description)
     letter = await dead_letter(bus, "memory.deadletter.store")
     assert letter.headers["Nats-Service-Error-Code"] == "400"
     assert "no tenant" in letter.headers["Nats-Service-Error"]
+
+
+async def stored(client: Client, agent: str, query: str, timeout: float = 20.0) -> list[Any]:
+    """The agent's memories found by query, waited for until there is one."""
+    deadline = time.monotonic() + timeout
+    while not (found := await client.recall(agent, query)):
+        assert time.monotonic() < deadline, f"nothing for {query!r} ever appeared"
+        await asyncio.sleep(0.05)
+    return found
+
+
+async def test_another_tenants_message_id_neither_drops_nor_reveals_a_tenants_publish(
+    bus: TenantBus,
+) -> None:
+    """carol publishing with `Nats-Msg-Id: order-X` first does not make alice's publish with
+    that id a duplicate: alice's is stored, and neither learns the other used the id."""
+    alice, carol = await bus.user("alice"), await bus.user("carol")
+    order = {"Nats-Msg-Id": "order-X"}
+    body = {"agentId": "a1", "content": "carol's order X"}
+    first = await carol.nc.jetstream().publish(
+        "memory.ingest.store", msgspec.json.encode(body), headers=order
+    )
+    assert not first.duplicate
+    await stored(carol, "a1", "carol")
+    body = {"agentId": "a1", "content": "alice's order X"}
+    ack = await alice.nc.jetstream().publish(
+        "memory.ingest.store", msgspec.json.encode(body), headers=order
+    )
+    assert not ack.duplicate
+    [memory] = await stored(alice, "a1", "alice")
+    assert memory["content"] == "alice's order X"
+    again = await alice.nc.jetstream().publish(
+        "memory.ingest.store", msgspec.json.encode(body), headers=order
+    )
+    assert again.duplicate  # within the tenant, the id still means the same message
+
+
+async def test_a_tenants_acknowledgements_count_its_own_messages_only(bus: TenantBus) -> None:
+    """The sequence in an ingest acknowledgement counts the tenant's own messages: alice's
+    first three are 1, 2, 3 in her stream, however many carol published before them."""
+    alice, carol = await bus.user("alice"), await bus.user("carol")
+    for n in range(5):
+        body = msgspec.json.encode({"agentId": "c", "content": f"carol's traffic {n}"})
+        await carol.nc.jetstream().publish("memory.ingest.store", body)
+    acks = []
+    for n in range(3):
+        body = msgspec.json.encode({"agentId": "a", "content": f"alice's note {n}"})
+        acks.append(await alice.nc.jetstream().publish("memory.ingest.store", body))
+    assert [(ack.stream, ack.seq) for ack in acks] == [
+        ("MEMORY_INGEST_TEAM_A", 1),
+        ("MEMORY_INGEST_TEAM_A", 2),
+        ("MEMORY_INGEST_TEAM_A", 3),
+    ]
+
+
+async def test_a_tenants_stream_outlives_the_worker_and_keeps_what_was_published_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """Made at the tenant's first publish, the stream takes what the tenant publishes while no
+    worker runs; a worker started later finds it and applies it."""
+    async with tenant_bus(tmp_path) as bus:
+        alice = await bus.user("alice")
+        first = msgspec.json.encode({"agentId": "a1", "content": "before the restart"})
+        await alice.nc.jetstream().publish("memory.ingest.store", first)
+        await stored(alice, "a1", "before")
+        await bus.app.stop()
+        later = msgspec.json.encode({"agentId": "a1", "content": "while no worker ran"})
+        ack = await alice.nc.jetstream().publish("memory.ingest.store", later)
+        assert (ack.stream, ack.seq) == ("MEMORY_INGEST_TEAM_A", 2)
+        again = App(bus.app.config)
+        await again.start()
+        try:
+            await stored(alice, "a1", "while")
+        finally:
+            await again.stop()
+
+
+async def test_the_shared_stream_of_earlier_versions_is_applied_then_retired(
+    tmp_path: Path,
+) -> None:
+    """A MEMORY_INGEST on `memory.ingest.>` (what versions before kept every tenant's messages
+    in) overlaps the tenants' streams: under tenancy it stops taking messages, what it holds is
+    applied in its tenant, and it is deleted."""
+    async with shipped_nats(tmp_path) as url:
+        worker = await connect_as(url, "worker")
+        js = worker.jetstream()
+        await js.add_stream(
+            StreamConfig(
+                name="MEMORY_INGEST",
+                subjects=["memory.ingest.>"],
+                retention=RetentionPolicy.WORK_QUEUE,
+            )
+        )
+        body = msgspec.json.encode({"agentId": "a1", "content": "left in the old stream"})
+        alice = Client(await connect_as(url, "alice"))
+        await alice.nc.jetstream().publish("memory.ingest.store", body)
+        config = worker_config(
+            url,
+            tmp_path / "memory.db",
+            nats_user="worker",
+            nats_password=password("worker"),
+            tenancy="account",
+        )
+        app = App(config)
+        await app.start()
+        try:
+            await stored(alice, "a1", "old stream")
+            deadline = time.monotonic() + 20
+            while "MEMORY_INGEST" in {i.config.name for i in await js.streams_info()}:
+                assert time.monotonic() < deadline, "the old stream was never deleted"
+                await asyncio.sleep(0.1)
+            fresh = msgspec.json.encode({"agentId": "a1", "content": "after the retirement"})
+            ack = await alice.nc.jetstream().publish("memory.ingest.store", fresh)
+            assert ack.stream == "MEMORY_INGEST_TEAM_A"
+            await stored(alice, "a1", "retirement")
+        finally:
+            await app.stop()
+            await alice.nc.close()
+            await worker.close()
 
 
 def test_the_shipped_export_refuses_a_tenant_importing_another_tenants_ingest_subjects(

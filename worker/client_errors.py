@@ -21,6 +21,7 @@ from schema.errors import (
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
+    Repeated,
     Unavailable,
     WorkerError,
 )
@@ -36,6 +37,7 @@ BY_STATUS: dict[str, type[WorkerError]] = {
         PayloadTooLarge,
         Internal,
         Unavailable,
+        Repeated,  # between shards only: an ingested write's redelivery (handlers/ingested.py)
     )
 }
 

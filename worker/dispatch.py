@@ -16,7 +16,15 @@ import msgspec
 import structlog
 
 from handlers.audit import Call
-from schema.errors import Internal, InvalidRequest, Unavailable, WorkerError, error_reply
+from handlers.ingested import Delivery
+from schema.errors import (
+    Internal,
+    InvalidRequest,
+    Repeated,
+    Unavailable,
+    WorkerError,
+    error_reply,
+)
 from worker.audit import CALL
 from worker.db import DAMAGED
 from worker.json_keys import duplicate_key
@@ -127,12 +135,15 @@ class Dispatcher:
         caller: Caller = ADMIN,
         headers: Mapping[str, str] | None = None,
         budget: int | None = None,
+        message: Delivery | None = None,
     ) -> Outcome:
         """`headers`, a bus request's, name the caller under tenancy (`Nats-Request-Info`);
         without them the caller is `caller` (ingest knows it from the subject, the scheduler is
         administrative). `budget`, for a reply to be sent over NATS, is the most bytes it may
         hold: a success larger than that is `413 payload_too_large` naming the request key that
         makes it smaller, counted as an error (worker/payload.py), never a reply NATS drops.
+        `message`: the ingested message the request came in, whose key its write records (a
+        redelivery is refused as `Repeated`: handlers/ingested.py).
 
         Every line logged while the request runs (an LLM fallback, an embedding failure, the
         maintenance counts) carries its trigger, source, tenant and, once decoded, agent: they
@@ -140,7 +151,7 @@ class Dispatcher:
         with structlog.contextvars.bound_contextvars(
             trigger=trigger, source=source, agent=None, tenant=caller.tenant
         ):
-            return await self._handle(trigger, data, source, caller, headers, budget)
+            return await self._handle(trigger, data, source, caller, headers, budget, message)
 
     async def _handle(
         self,
@@ -150,6 +161,7 @@ class Dispatcher:
         caller: Caller,
         headers: Mapping[str, str] | None,
         budget: int | None,
+        message: Delivery | None = None,
     ) -> Outcome:
         started = time.perf_counter()
         agent = None
@@ -170,7 +182,7 @@ class Dispatcher:
             agent = agent if isinstance(agent, str) else None
             structlog.contextvars.bind_contextvars(agent=agent)
             request = self.scope(route, request, caller)
-            audit_call = CALL.set(Call(trigger, source, caller.requester))
+            audit_call = CALL.set(Call(trigger, source, caller.requester, message))
             reply = await self._execute(route, request)
             if route.timed:
                 elapsed = round((time.perf_counter() - started) * 1000, 3)
@@ -197,7 +209,8 @@ class Dispatcher:
             if audit_call is not None:
                 CALL.reset(audit_call)
         duration_ms = (time.perf_counter() - started) * 1000
-        self._count(trigger, duration_ms, outcome.error, caller.tenant)
+        failed = None if isinstance(outcome.error, Repeated) else outcome.error  # done already
+        self._count(trigger, duration_ms, failed, caller.tenant)
         refusal = {} if outcome.error is None else {"field": outcome.error.field}
         log.info(
             "trigger.handled",

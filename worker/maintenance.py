@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any, TypeVar
 
+import apsw
 import msgspec
 import structlog
 from msgspec import UNSET
@@ -39,6 +40,7 @@ from handlers.evict import (
     plan_eviction,
     scope_of,
 )
+from handlers.ingested import purge_keys
 from handlers.merge import (
     Group,
     Merged,
@@ -152,12 +154,22 @@ EVICT_CHUNK: Write[Chunk, list[Doomed]] = Write(
     reply=lambda chunk, deleted: deleted,
     changes=lambda chunk, deleted: evicted_changes(deleted),
 )
+
+
 # Not a trigger of its own: the audit's retention, applied by every eviction.
+def purge_retained(conn: apsw.Connection, before: int, scope: str, params: tuple[str, ...]) -> int:
+    """The audit's rows past the retention, and the keys of ingested messages as old (those
+    of a stream deleted before its ack floor passed them: handlers/ingested.py); how many
+    audit rows."""
+    purge_keys(conn, before, scope, params)
+    return purge_audit(conn, before, scope, params)
+
+
 AUDIT_RETENTION = "memory::evict:audit-retention"
 PURGE_AUDIT: Write[AuditRetention, int] = Write(
     decision=AuditRetention,
     decide=lambda conn, retention, now, _: retention,
-    apply=lambda conn, r: purge_audit(conn, r.before, r.scope, tuple(r.params)),
+    apply=lambda conn, r: purge_retained(conn, r.before, r.scope, tuple(r.params)),
     reply=lambda retention, purged: purged,
     changes=lambda retention, purged: (),
 )

@@ -429,6 +429,7 @@ ROUTES: tuple[Route, ...] = (
         reply_type=UsageRecordReply,
         audit=usage.usage_record_changes,
         ingest=True,
+        write=state.RECORD,
     ),
     Route(
         "memory::usage::query",

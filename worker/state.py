@@ -1,8 +1,14 @@
 """The writes of section 14 that choose something or whose audit depends on what they decided,
-as decide and apply steps (worker/writes.py): a posted task's id, a completion (handlers/tasks.py).
-The other state writes decide nothing but their request and time (their registry rows)."""
+as decide and apply steps (worker/writes.py): a posted task's id, a completion (handlers/tasks.py),
+a usage record's id (handlers/usage.py). The other state writes decide nothing but their request
+and time (their registry rows): what they pick (the task a claim takes) follows from the state
+they apply to, which every copy of a partition shares."""
 
 from __future__ import annotations
+
+import uuid
+
+import msgspec
 
 from handlers.audit import Change
 from handlers.tasks import (
@@ -13,7 +19,9 @@ from handlers.tasks import (
     decide_complete,
     decide_post,
 )
+from handlers.usage import apply_record, decide_record, usage_record_changes
 from schema.tasks import TaskCompleteReply, TaskCompleteRequest, TaskPostReply
+from schema.usage import UsageRecordReply, UsageRecordRequest
 from worker.services import Services
 from worker.writes import Write, commit
 
@@ -34,6 +42,27 @@ COMPLETE: Write[Completion, TaskCompleteReply] = Write(
     changes=lambda event, reply: (
         [] if event.done_already else [Change(event.claimer, [reply.task.task_id])]
     ),
+)
+
+
+class UsageRecorded(msgspec.Struct, frozen=True):
+    """A usage record decided: the request, its time and the record's id. `record_id` is None
+    only in a shard's log entries written before the id was decided: their replay draws one, as
+    those versions' apply did."""
+
+    request: UsageRecordRequest
+    at: int
+    record_id: str | None = None
+
+
+RECORD: Write[UsageRecorded, UsageRecordReply] = Write(
+    decision=UsageRecorded,
+    decide=lambda conn, req, now, _: UsageRecorded(req, now, uuid.uuid4().hex),
+    apply=lambda conn, d: apply_record(
+        conn, decide_record(d.request, now=d.at, record_id=d.record_id)
+    ),
+    reply=lambda d, reply: reply,
+    changes=lambda d, reply: usage_record_changes(d.request, reply),
 )
 
 

@@ -11,6 +11,11 @@ apply, and record the same audit rows, so every copy of a partition holds the sa
 
 `prepare` is what a write awaits before its transaction, outside the writer: the embedding of a
 stored text, an LLM's summary. Its result goes into the decision through decide.
+
+A write that belongs to an ingested message (the call's own trigger, on a call from durable
+ingestion) records the message's key in its transaction, and one whose key is recorded already
+is refused as `Repeated` before it decides anything: a redelivered message changes nothing
+(handlers/ingested.py). The key is logged with the decision, so every copy records it.
 """
 
 from __future__ import annotations
@@ -26,7 +31,11 @@ import apsw
 import msgspec
 
 from handlers.audit import Call, Change, record
+from handlers.ingested import IngestKey, applied, remember
+from schema.base import tenant_of
+from schema.errors import Repeated
 from worker.audit import CALL
+from worker.shards.partition import home_of
 
 if TYPE_CHECKING:
     from worker.services import Services
@@ -55,6 +64,7 @@ class LogEntry(msgspec.Struct, frozen=True, array_like=True):
     source: str
     requester: str | None
     decision: bytes
+    key: IngestKey | None = None  # an ingested message's (entries logged before: none)
 
 
 class Logged(NamedTuple):
@@ -78,12 +88,28 @@ def decide_and_apply(
     prepared: Any,
     call: Call | None,
 ) -> Logged:
+    key = ingest_key(trigger, request, call)
+    if key is not None and applied(conn, key.delivery):
+        delivery = key.delivery
+        raise Repeated(f"{trigger}: message {delivery.seq} of {delivery.stream} was applied")
     decision = write.decide(conn, request, now, prepared)
     result = write.apply(conn, decision)
     record(conn, call, write.changes(decision, result), now)
+    if key is not None:
+        remember(conn, key, now)
     source, requester = ("bus", None) if call is None else (call.source, call.requester)
-    entry = LogEntry(trigger, now, source, requester, _ENCODER.encode(decision))
+    entry = LogEntry(trigger, now, source, requester, _ENCODER.encode(decision), key)
     return Logged(entry, write.reply(decision, result))
+
+
+def ingest_key(trigger: str, request: Any, call: Call | None) -> IngestKey | None:
+    """The key this write records: the call's ingested message, when this is the call's own
+    write (a flow's other writes, such as the compaction after a canonical append, are not),
+    kept where the write goes (the agent's partition; the tenant's board's for a task)."""
+    if call is None or call.message is None or call.trigger != trigger:
+        return None
+    tenant, agent_id = home_of(trigger, request) or (tenant_of(request), "")
+    return IngestKey(tenant, agent_id, call.message)
 
 
 _UNPREPARED: Any = object()
@@ -128,6 +154,8 @@ class Replayer:
         result = write.apply(conn, decision)
         call = Call(entry.trigger, entry.source, entry.requester)
         record(conn, call, write.changes(decision, result), entry.at)
+        if entry.key is not None:
+            remember(conn, entry.key, entry.at)
 
 
 def seeded_ids(seed: str) -> Callable[[], str]:

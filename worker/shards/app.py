@@ -109,6 +109,7 @@ class ShardApp:
             ZoneInfo(config.cron_tz),
         )
         self._ingest: Ingest | None = None
+        self.dispatcher: Dispatcher | None = None
         self._metrics: MetricsServer | None = None
 
     def _owned_readers(self) -> list[Readers]:
@@ -150,7 +151,7 @@ class ShardApp:
             self._superseded,
             wait_for_owner=2 * config.lease_ttl,
         )
-        dispatcher = Dispatcher(front, ROUTES, self.telemetry, executor=router)
+        self.dispatcher = dispatcher = Dispatcher(front, ROUTES, self.telemetry, executor=router)
         self._service = MemoryService(nc, dispatcher, "")
         await self._service.start(ROUTES, self.telemetry.health.metadata)
         if config.ingest:  # durable ingestion, routed like a request

@@ -4,9 +4,9 @@ Every shard serves the plain subjects (`memory.store`, ...) in the usual queue g
 change nothing. Dispatch decodes and scopes a request there as in single mode (tenancy, grants,
 the audit's caller), then hands it to the router: a partition this shard owns runs it at once;
 any other is asked of its owner on `memory.p.<k>.<token>.<verb>` (queue group `memory-p<k>`),
-with the caller in headers that only the worker's own account can set (the deployment lets no
-tenant publish under `memory.p.>`). While a partition has no owner (a failover), the router
-retries for up to two lease TTLs before it answers 503.
+with the caller (and an ingested message's key) in headers that only the worker's own account
+can set (the deployment lets no tenant publish under `memory.p.>`). While a partition has no
+owner (a failover), the router retries for up to two lease TTLs before it answers 503.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import nats.errors
 import structlog
 
 from handlers.audit import Call
-from schema.base import tenant_of
+from handlers.ingested import Delivery
 from schema.errors import Unavailable, WorkerError, error_reply
 from worker.audit import CALL
 from worker.client_errors import refusal
@@ -31,21 +31,17 @@ from worker.registry import ROUTES, Route
 from worker.shards.fanout import ALL_AUDIT, added_up, audit_pages, usage_added_up
 from worker.shards.log import Superseded
 from worker.shards.node import NotOwner, PartitionNode
-from worker.shards.partition import agent_token, partition_of_token
+from worker.shards.partition import agent_token, home_of, partition_of_token
 
 log = structlog.get_logger()
 # What runs on every partition when no agent is named (SCALE.md "Across agents").
 FANNED_OUT = frozenset(
     {"memory::evict", "memory::consolidate", "memory::stats", "memory::usage::query", ALL_AUDIT}
 )
-# A tenant's task board is one, whoever posts or claims: it lives in the partition of the
-# tenant's agent "" (as do its `shared` keys).
-TENANT_WIDE = frozenset(
-    {"memory::task::post", "memory::task::claim", "memory::task::complete", "memory::task::list"}
-)
 ALL_AGENTS = "_"  # the token of a fanned-out request's subject
 SOURCE = "Memory-Source"
 REQUESTER = "Memory-Requester"
+INGESTED = "Memory-Ingested"  # the ingested message a write belongs to (handlers/ingested.py)
 BY_VERB = {route.ingest_verb: route for route in ROUTES}
 RETRY_S = 0.2
 
@@ -74,7 +70,7 @@ class Router:
         self._encoder = msgspec.json.Encoder()
 
     async def __call__(self, route: Route, request: Any) -> Any:
-        owner = owner_of(route, request)
+        owner = home_of(route.trigger, request)
         if owner is not None:
             token = agent_token(*owner)
             return await self._at(partition_of_token(token, self.partitions), token, route, request)
@@ -133,6 +129,8 @@ class Router:
         headers = {SOURCE: "bus" if call is None else call.source}
         if call is not None and call.requester:
             headers[REQUESTER] = call.requester
+        if call is not None and call.message is not None:
+            headers[INGESTED] = msgspec.json.encode(call.message).decode()
         body = self._encoder.encode(request)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_for_owner
@@ -156,20 +154,6 @@ class Router:
             raise error
 
 
-def owner_of(route: Route, request: Any) -> tuple[str, str] | None:
-    """The (tenant, agentId) whose partition holds what the request acts on; None for a request
-    over every agent."""
-    tenant = tenant_of(request)
-    if route.trigger in TENANT_WIDE:
-        return (tenant, "")
-    agent_id = getattr(request, "agent_id", None)
-    if isinstance(agent_id, str):
-        return (tenant, agent_id)
-    if getattr(request, "namespace", None) == "shared":
-        return (tenant, "")
-    return None
-
-
 async def serve_partition(
     nc: Any, node: PartitionNode, msg: Any, on_superseded: Callable[[], None]
 ) -> None:
@@ -184,7 +168,11 @@ async def serve_partition(
         if not node.owner or node.services is None:
             raise Unavailable(f"partition {node.partition} is not owned here any more")
         request = msgspec.json.decode(msg.data, type=route.request_type)
-        token = CALL.set(Call(route.trigger, headers.get(SOURCE, "bus"), headers.get(REQUESTER)))
+        message = headers.get(INGESTED)
+        delivery = None if message is None else msgspec.json.decode(message, type=Delivery)
+        token = CALL.set(
+            Call(route.trigger, headers.get(SOURCE, "bus"), headers.get(REQUESTER), delivery)
+        )
         try:
             reply = await execute(node.services, route, request)
         finally:
