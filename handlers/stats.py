@@ -12,10 +12,12 @@ from handlers.tables.registered import MEMORY_TABLES, TABLES
 from handlers.tables.table import CountScope, Stat, Table
 from schema.stats import StatsReply
 
+# Every count's key, in the registration order (null each when the database is damaged).
 COUNTED = tuple(stat.key for table in TABLES for stat in table.stats)
 
 
 def stats_of(tables: Sequence[Table] = TABLES) -> list[Stat]:
+    """The counts the tables register, in their order."""
     return [stat for table in tables for stat in table.stats]
 
 
