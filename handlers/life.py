@@ -10,15 +10,16 @@ and changes nothing, and the audit records only what changed.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import apsw
 import msgspec
 
 from handlers.audit import Change
-from handlers.kg import INVERSE
 from handlers.session_refs import remove_memories
-from handlers.state import erase_state
+from handlers.tables.registered import TABLES
+from handlers.tables.table import Skip, Table
 from handlers.taxonomy import string_list
 from schema.base import Agent, agent_of
 from schema.errors import InvalidRequest
@@ -158,30 +159,20 @@ def plan_erase(req: EraseRequest) -> Erasure:
     return Erasure(agent_of(req))
 
 
-def apply_erase(conn: apsw.Connection, plan: Erasure) -> EraseReply:
-    """Everything of the agent, its audit rows, its memory switch and its state beside memories
-    included (an erased agent is one that never was; the erasure's own row is recorded after it,
-    in the same transaction)."""
-
-    def gone(table: str, returning: str = "1") -> list[Any]:
-        return conn.execute(
-            f"DELETE FROM {table} WHERE tenant = ? AND agent_id = ? RETURNING {returning}",
-            plan.agent,
-        ).fetchall()
-
-    gone("session_messages")
-    relations = [str(row[0]) for row in gone("kg_relations", "type")]
-    reply = EraseReply(
-        memories=len(gone("memories")),
-        sessions=len(gone("sessions")),
-        entities=len(gone("kg_entities")),
-        relations=sum(1 for kind in relations if not kind.startswith(INVERSE)),
-        kv_keys=erase_state(conn, plan.agent),
-    )
-    gone("audit")
-    gone("agent_switch")
-    gone("ingested")  # the keys of its ingested writes (handlers/ingested.py)
-    return reply
+def apply_erase(
+    conn: apsw.Connection, plan: Erasure, tables: Sequence[Table] = TABLES
+) -> EraseReply:
+    """Everything of the agent, table by table as each is registered (handlers/tables/): its
+    audit rows, its memory switch and its state beside memories included (an erased agent is one
+    that never was; the erasure's own row is recorded after it, in the same transaction). The
+    reply counts what each table's registration counts it in."""
+    counts = dict.fromkeys(EraseReply.__struct_fields__, 0)
+    for table in tables:
+        if not isinstance(table.erase, Skip):
+            gone = table.erase(conn, table.name, plan.agent)
+            if table.erased_as is not None:
+                counts[table.erased_as] += gone
+    return EraseReply(**counts)
 
 
 def erase_agent(conn: apsw.Connection, req: EraseRequest, *, now: int) -> EraseReply:

@@ -23,8 +23,7 @@ from handlers import expand
 from handlers import recall as recall_handler
 from handlers.audit import Change
 from handlers.session_repair import repair
-from handlers.state import STATE_COUNTED, state_counts
-from handlers.stats import COUNTED, database_counts
+from handlers.stats import COUNTED, reply_counts, table_counts
 from handlers.switch import switched_off
 from handlers.vector_index import VectorIndex
 from schema.base import agent_of, tenant_of
@@ -174,15 +173,14 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
     tenant = req.tenant if isinstance(req.tenant, str) else None
     grants = req.grants if isinstance(req.grants, list) else None
     try:
-        counts = dict(await s.readers.run(lambda conn: database_counts(conn, tenant, grants)))
         now = s.clock()
-        counts |= await s.readers.run(lambda conn: state_counts(conn, tenant, now, grants))
+        counts = dict(await s.readers.run(lambda c: table_counts(c, tenant, grants, now=now)))
         if req.agent_id is not UNSET:
             agent = agent_of(req)
             enabled = not await s.readers.run(lambda conn: switched_off(conn, agent))
     except DAMAGED as error:
         t.health.corrupt(f"memory::stats: {type(error).__name__}: {error}")
-        counts = dict.fromkeys(COUNTED + STATE_COUNTED)
+        counts = dict.fromkeys(COUNTED)
     if tenant is not None:  # the tenant's own texts only
         sanitised = t.sanitizer_by_tenant.get(tenant, SanitizerCounts())
     path = Path(s.config.db_path)
@@ -204,22 +202,7 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
                 t.triggers.items() if tenant is None else t.by_tenant.get(tenant, {}).items()
             )
         },
-        agents=counts["agents"],
-        memories=counts["memories"],
-        memories_without_vector=counts["memories_without_vector"],
-        memories_pinned=counts["memories_pinned"],
-        memories_forgotten=counts["memories_forgotten"],
-        agents_disabled=counts["agents_disabled"],
-        audit_events=counts["audit_events"],
-        entities=counts["entities"],
-        relations=counts["relations"],
-        sessions=counts["sessions"],
-        kv_keys=counts["kv_keys"],
-        tasks_pending=counts["tasks_pending"],
-        tasks_claimed=counts["tasks_claimed"],
-        tasks_completed=counts["tasks_completed"],
-        usage_records=counts["usage_records"],
-        canonical_sessions=counts["canonical_sessions"],
+        **reply_counts(counts),
         database_bytes=on_disk,
         in_flight=t.in_flight,
         index_agents=s.index.loaded_agents(tenant, granted(grants)),

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 
 import structlog
 
-from handlers.state import state_counts
-from handlers.stats import database_counts, memories_by_tenant
+from handlers.stats import memories_by_tenant, page_bytes, stats_of, table_counts
+from handlers.tables.registered import TABLES
+from handlers.tables.table import Table
 from worker.readers import Reads
 from worker.services import wall_clock_ms
 from worker.telemetry import LATENCY_BUCKETS, Telemetry
@@ -31,7 +33,9 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-async def render_metrics(telemetry: Telemetry, readers: Reads) -> str:
+async def render_metrics(
+    telemetry: Telemetry, readers: Reads, tables: Sequence[Table] = TABLES
+) -> str:
     lines: list[str] = []
 
     def family(name: str, kind: str, text: str) -> None:
@@ -67,28 +71,17 @@ async def render_metrics(telemetry: Telemetry, readers: Reads) -> str:
                 for code, count in sorted(stats.errors_by_code.items()):
                     labels = f'tenant="{_label(tenant)}",trigger="{trigger}",code="{code}"'
                     lines.append(f"{PREFIX}_tenant_errors_total{{{labels}}} {count}")
-    counts = await readers.run(database_counts)
     now = wall_clock_ms()
-    counts |= await readers.run(lambda conn: state_counts(conn, None, now))
-    for key, text in (
-        ("memories", "Memories stored."),
-        ("memories_pinned", "Memories pinned: never evicted, never decayed."),
-        ("memories_forgotten", "Memories forgotten and not yet purged."),
-        ("audit_events", "Rows in the audit log."),
-        ("agents", "Agents with at least one memory."),
-        ("agents_disabled", "Agents whose memory is switched off (memory::toggle)."),
-        ("entities", "Knowledge-graph entities."),
-        ("sessions", "Sessions."),
-        ("kv_keys", "Keys in the key-value store, the shared namespace included."),
-        ("tasks_pending", "Tasks pending on the board (an expired claim counts as pending)."),
-        ("tasks_claimed", "Tasks claimed and not completed."),
-        ("tasks_completed", "Tasks completed."),
-        ("usage_records", "Usage records."),
-        ("canonical_sessions", "Canonical sessions: (agent, user) conversations across channels."),
-        ("database_bytes", "Size of the database pages in bytes."),
-    ):
-        family(key, "gauge", text)
-        lines.append(f"{PREFIX}_{key} {counts[key]}")
+    counts = await readers.run(
+        lambda conn: {**table_counts(conn, now=now, tables=tables), "bytes": page_bytes(conn)}
+    )
+    # Each count a table's registration makes a gauge of (handlers/tables/).
+    for stat in stats_of(tables):
+        if stat.metric is not None:
+            family(stat.key, "gauge", stat.metric)
+            lines.append(f"{PREFIX}_{stat.key} {counts[stat.key]}")
+    family("database_bytes", "gauge", "Size of the database pages in bytes.")
+    lines.append(f"{PREFIX}_database_bytes {counts['bytes']}")
     family("tenant_memories", "gauge", "Memories stored, by tenant ('' the default tenant).")
     for tenant, count in sorted((await readers.run(memories_by_tenant)).items()):
         lines.append(f'{PREFIX}_tenant_memories{{tenant="{_label(tenant)}"}} {count}')

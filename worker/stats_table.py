@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+from handlers.stats import stats_of
+from handlers.tables.registered import TABLES
+from handlers.tables.table import Table
 
 
 def _when(ms: int | None) -> str:
@@ -21,7 +26,13 @@ def _size(count: int) -> str:
     return f"{count} B"
 
 
-def render(stats: dict[str, Any]) -> str:
+def camel(key: str) -> str:
+    """A reply's field as the wire spells it (`kv_keys` -> `kvKeys`)."""
+    first, *rest = key.split("_")
+    return first + "".join(word.capitalize() for word in rest)
+
+
+def render(stats: dict[str, Any], tables: Sequence[Table] = TABLES) -> str:
     health = stats.get("health", "ok")
     lines = [f"{'health':<28} {health}" + (f": {stats['healthReason']}" if health != "ok" else "")]
     lines += ["", "trigger                      requests   errors   mean ms"]
@@ -31,30 +42,13 @@ def render(stats: dict[str, Any]) -> str:
             f"{figures['meanMs']:>9.3f}"
         )
     lines.append("")
-    for label, key in (
-        ("agents", "agents"),
-        ("agents switched off", "agentsDisabled"),
-        ("memories", "memories"),
-        ("memories without a vector", "memoriesWithoutVector"),
-        ("memories pinned", "memoriesPinned"),
-        ("memories forgotten", "memoriesForgotten"),
-        ("entities", "entities"),
-        ("relations", "relations"),
-        ("sessions", "sessions"),
-        ("audit events", "auditEvents"),
-        ("kv keys", "kvKeys"),
-        ("tasks pending", "tasksPending"),
-        ("tasks claimed", "tasksClaimed"),
-        ("tasks completed", "tasksCompleted"),
-        ("usage records", "usageRecords"),
-        ("canonical sessions", "canonicalSessions"),
-        ("requests in flight", "inFlight"),
-        ("agents in the recall index", "indexAgents"),
-    ):
-        value = (
-            "?" if stats.get(key) is None else stats[key]
-        )  # not counted: the database is damaged
-        lines.append(f"{label:<28} {value:>8}")
+    # The reply's counts in its order, each labelled by the table that registers it
+    # (handlers/tables/); null when the database is damaged.
+    labels = {camel(stat.key): stat.label for stat in stats_of(tables)}
+    labels |= {"inFlight": "requests in flight", "indexAgents": "agents in the recall index"}
+    for key, value in stats.items():
+        if key in labels:
+            lines.append(f"{labels[key]:<28} {'?' if value is None else value:>8}")
     lines.append(f"{'database size':<28} {_size(stats['databaseBytes']):>8}")
     lines.append("")
     lines.append("job           cron            next fire                last fire (outcome)")

@@ -4,18 +4,18 @@ sequence 0, to start a sharded cluster from (SCALE.md "Moving an existing databa
 Every agent table has `tenant` and `agent_id`, and a row goes to `partition_of(tenant, agent_id,
 P)` with every column and row id as it was (audit, task, usage and relation sequences included),
 which keeps recall, cursors and ids what they were. SQL rather than export and import: import
-renumbers sequences and skips the audit, and a copy needs no format. Where rows without an agent
-of their own go:
-- the tenant's `shared` keys are stored under agent '' (handlers/kv.py), so they and their audit
-  rows go to the partition of agent '' of that tenant;
-- a tenant's task board is one (worker/shards/router.py routes every task trigger there): its
-  tasks go to the partition of agent '' too, whoever posted them;
-- `schedule_claims` (the single worker's cron claims) stays behind: shards claim fire times in the
-  log. Any other table without both columns is refused rather than dropped;
-- the recall index's change log (`memory_changes`, `memory_changes_trimmed`, migration 0008)
-  stays behind too: it is a cache's log, not data. Each file starts with an empty log (what the
-  log's triggers record while the memories are copied in is cleared, its sequence restarted);
-  no persisted index belongs to a new file, so nothing refers to the old one.
+renumbers sequences and skips the audit, and a copy needs no format. Where a row goes is its
+table's owner, as registered (handlers/tables/):
+- an agent's rows go to its partition; the tenant's `shared` keys are stored under agent ''
+  (handlers/kv.py), so they and their audit rows go to the partition of agent '' of that tenant;
+- a tenant's rows (its task board is one: worker/shards/router.py routes every task trigger
+  there) go to the partition of agent '' too, whoever posted them;
+- nobody's rows stay behind: the single worker's cron claims (shards claim fire times in the
+  log) and the recall index's change log (`memory_changes`, `memory_changes_trimmed`), a cache's
+  log, not data. Each file starts with an empty log (what the log's triggers record while the
+  memories are copied in is cleared, its sequence restarted); no persisted index belongs to a
+  new file, so nothing refers to the old one. A table that is not registered and lacks either
+  column is refused rather than dropped.
 
 The source is read in one read transaction, so a worker still writing to it cannot make the files
 disagree; what it writes afterwards is not in them: stop it first.
@@ -33,6 +33,7 @@ from typing import Any
 
 import apsw
 
+from handlers.tables.registered import TABLES
 from worker.commands import Exit
 from worker.config import Config
 from worker.db import (
@@ -45,9 +46,9 @@ from worker.db import (
 from worker.shards.node import SHARD_LOG_SQL
 from worker.shards.partition import partition_of
 
-LEFT_BEHIND = frozenset(
-    {"schedule_claims", "shard_log", "memory_changes", "memory_changes_trimmed"}
-)
+LEFT_BEHIND = frozenset(table.name for table in TABLES if table.owner is None)
+# Tables whose rows are the tenant's, not an agent's: in the partition of the tenant's agent ''.
+TENANT_WIDE_TABLES = frozenset(table.name for table in TABLES if table.owner == "tenant")
 BATCH = 500
 
 
@@ -103,10 +104,6 @@ def _create(out: Path, partitions: int) -> list[apsw.Connection]:
         conn.pragma("foreign_keys", False)
         conn.execute("BEGIN")
     return conns
-
-
-# Tables whose rows are the tenant's, not an agent's: in the partition of the tenant's agent ''.
-TENANT_WIDE_TABLES = frozenset({"tasks"})
 
 
 def _copy_table(
