@@ -24,7 +24,7 @@ from handlers.session_repair import repair
 from handlers.state import STATE_COUNTED, state_counts
 from handlers.stats import COUNTED, database_counts
 from handlers.switch import switched_off
-from handlers.vector_index import VectorIndex
+from handlers.vector_index import chosen
 from schema.base import agent_of, tenant_of
 from schema.context import ContextReply, ContextRequest
 from schema.memory import (
@@ -84,7 +84,7 @@ def _recall(
         query_vector=query_vector,
         keyword_mode=s.keyword_mode,
         excluded=excluded,
-        vector_index=VectorIndex(s.config.vector_index, s.config.vector_candidates),
+        vector_index=chosen(s.config.vector_index, s.config.recall, s.config.vector_candidates),
     )
     if not rows:
         return RecallReply(memories=[], pinned=pinned), now
