@@ -3,8 +3,10 @@
 Triggers on `memories` log which memories each transaction inserted, deleted, re-scored or
 re-indexed; after each commit the writer applies what the log gained here. Recall then ranks an
 agent without touching SQLite. Agents load on first use and leave, least recently used first,
-when the index outgrows its memory budget. An agent is a (tenant, agentId) pair everywhere here,
-so that agent `a1` of two tenants is two indexes that share nothing (contract section 15).
+when the index outgrows its memory budget: each counted as what it holds (AgentIndex.nbytes),
+with what the saver allocates while it writes a snapshot (`saving`); what leaves is given back
+to the system (worker/recall_index/release.py). An agent is a (tenant, agentId) pair everywhere
+here, so that agent `a1` of two tenants is two indexes that share nothing (contract section 15).
 
 A load reads the agent's persisted snapshot (worker/recall_index/persist.py) and replays the
 agent's changes since, or, when there is none it can trust, the agent's rows from SQLite (then

@@ -197,6 +197,7 @@ class Postings(SlotLists):
         super().__init__(base)
         self.stems = stems or Csr.empty()  # stem -> positions of its tokens in base.keys
         self.new_variants: dict[str, list[str]] = {}  # stem -> tokens new since the base
+        self._new_tokens = 0  # how many new_variants holds
         self._dense: dict[str, Dense | None] = {}
 
     def dense(self, token: str) -> Dense | None:
@@ -218,7 +219,7 @@ class Postings(SlotLists):
 
     def nbytes(self) -> int:
         bits = sum(d.bits.nbytes for d in list(self._dense.values()) if d is not None)
-        variants = 100 * sum(len(tokens) for tokens in list(self.new_variants.values()))
+        variants = 100 * self._new_tokens
         return super().nbytes() + self.stems.nbytes() + bits + variants
 
     @classmethod
@@ -232,6 +233,7 @@ class Postings(SlotLists):
     def add(self, key: str, slot: int) -> bool:
         if super().add(key, slot) and self.base.keys.find(key) < 0:
             self.new_variants.setdefault(stem(key), []).append(key)
+            self._new_tokens += 1
             return True
         return False
 
