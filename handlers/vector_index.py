@@ -125,6 +125,27 @@ class VectorIndex:
 
 
 EXACT = VectorIndex()
+# MEMORY_WORKER_VECTOR_INDEX: what the operator names (`chosen` maps it to a VectorIndex).
+VectorIndexSetting = Literal["auto", "exact", "codes", "approximate"]
+
+
+def chosen(
+    setting: VectorIndexSetting, recall: Literal["formula", "expanded"], candidates: int
+) -> VectorIndex:
+    """The vector index a recall of this mode uses. `exact` never uses the codes; `codes`
+    always does and `approximate` from AUTO_THRESHOLD vectors, in both modes: the operator
+    named an approximate index. `auto` (the default) uses them from AUTO_THRESHOLD vectors in
+    the expanded mode only, whose ranking is not the formula's anyway; `formula` is then always
+    the exact top k, as contract section 3 has it unless an approximate index is named."""
+    if setting == "exact" or (setting == "auto" and recall == "formula"):
+        return VectorIndex("exact", candidates)
+    return VectorIndex("codes" if setting == "codes" else "auto", candidates)
+
+
+def keeps_codes(setting: VectorIndexSetting, recall: Literal["formula", "expanded"]) -> bool:
+    """Whether an agent's index keeps its vectors' sign codes: only where a recall may use them
+    (48 bytes a 384-d vector, and a float32 copy of two columns)."""
+    return chosen(setting, recall, 1).mode != "exact"
 
 
 def shortlist(

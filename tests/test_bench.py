@@ -157,3 +157,20 @@ def test_bench_merge_prints_merges_per_threshold_with_examples(tmp_path: Path) -
     table = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
     assert table.returncode == 0, table.stderr
     assert "4 memories (one per turn), vectors of hash-256-v1" in table.stdout
+
+
+def test_bench_index_memory_prints_rss_after_loading_after_the_saver_and_idle() -> None:
+    """`--index-memory N`: N agents of one memory with vectors stored and recalled; the worker's
+    RSS at each step, every agent loaded (they fit the budget) and given a snapshot."""
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "bench", "--index-memory", "30", "--budget", "64",
+         "--runs", "1", "--idle", "0", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    [run] = results["runs"]
+    for figure in ("start", "stored", "loaded", "saved", "idle"):
+        assert run[f"rss_{figure}_mb"] > 0
+    assert run["without_vector"] == 0
+    assert run["agents_loaded"] == 30 and run["snapshots"] == 30

@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo
 import apsw
 import structlog
 
+from handlers.vector_index import keeps_codes
 from scheduler.jobs import Schedule, default_jobs
 from scheduler.runner import Scheduler
 from worker.bus import MemoryService, connect
@@ -161,7 +162,7 @@ class App:
             config.index_memory_mb * 1024 * 1024,
             wall_clock_ms,
             cache_dir=index_dir(db_path, config),
-            codes=config.vector_index != "exact",
+            codes=keeps_codes(config.vector_index, config.recall),
         )
         try:
             self._conn = conn = open_db(db_path, synchronous=config.synchronous)

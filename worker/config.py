@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import msgspec
 from croniter import croniter
 
+from handlers.vector_index import VectorIndexSetting
 from worker.redact import redact
 
 ENV_PREFIX = "MEMORY_WORKER_"
@@ -47,9 +48,10 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     # cache that opens memory-mapped at the next start (worker/recall_index/persist.py).
     index_persist: bool = True
     # Recall with a query vector: `exact` reads every vector; `codes` ranks a shortlist picked
-    # with 1-bit sign codes (approximate, handlers/vector_index.py); `auto` is `exact` below
-    # 50 000 vectors in the agent and `codes` from there.
-    vector_index: Literal["auto", "exact", "codes"] = "auto"
+    # with 1-bit sign codes (approximate, handlers/vector_index.py); `approximate` is `exact`
+    # below 50 000 vectors in the agent and `codes` from there; `auto` is `approximate` in the
+    # expanded recall mode and `exact` in `formula` (handlers/vector_index.py `chosen`).
+    vector_index: VectorIndexSetting = "auto"
     vector_candidates: Annotated[int, msgspec.Meta(ge=10, le=100_000)] = 1000
     consolidate_cron: str = "0 */6 * * *"
     evict_cron: str = "0 3 * * *"

@@ -25,7 +25,7 @@ from handlers.audit import Change
 from handlers.session_repair import repair
 from handlers.stats import COUNTED, reply_counts, table_counts
 from handlers.switch import switched_off
-from handlers.vector_index import VectorIndex
+from handlers.vector_index import chosen
 from schema.base import agent_of, tenant_of
 from schema.context import ContextReply, ContextRequest
 from schema.memory import (
@@ -87,7 +87,7 @@ def _recall(
         query_vector=query_vector,
         keyword_mode=s.keyword_mode,
         excluded=excluded,
-        vector_index=VectorIndex(s.config.vector_index, s.config.vector_candidates),
+        vector_index=chosen(s.config.vector_index, s.config.recall, s.config.vector_candidates),
     )
     if not rows:
         return RecallReply(memories=[], pinned=pinned), now

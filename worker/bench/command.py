@@ -22,6 +22,7 @@ from typing import Any
 
 import nats
 
+from worker.bench import index_memory
 from worker.bench.client import BenchClient, percentiles
 from worker.bench.corpus import Corpus
 from worker.bench.evict import eviction_rows, measure_eviction
@@ -428,6 +429,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only the vector index on LoCoMo (--locomo, or the dev split in ../shared/bench/) "
         "with the builtin model: exact, then codes with each of these shortlists (e.g. 50,1000)",
     )
+    index_memory.add_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
 
 
@@ -447,6 +449,12 @@ def main(args: argparse.Namespace) -> int:
             raise SystemExit("bench --vector-index: no LoCoMo file; give one with --locomo")
         quality = asyncio.run(measure_vector_index(locomo, shortlists))
         print(json.dumps(quality) if args.json else _rows(vector_index_rows(quality)))
+        return 0
+    if args.index_memory:
+        found = asyncio.run(
+            index_memory.measure(args.index_memory, args.budget, runs=args.runs, idle_s=args.idle)
+        )
+        print(json.dumps(found) if args.json else _rows(index_memory.rows(found)))
         return 0
     if args.scale:
         scale = asyncio.run(run_scale(args))

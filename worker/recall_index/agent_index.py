@@ -49,6 +49,10 @@ COLUMNS = {
     "role": np.int8, "session": np.int32, "static": np.float64, "growth": np.float64,
     "pinned": np.bool_, "category": np.int8, "sensitivity": np.int8,
 }  # fmt: skip
+# Bytes of an agent's Python objects beside its arrays' data (some 60 arrays' headers, the
+# lookups' and lists' objects, dicts): 10 KB measured with tracemalloc for an agent of one
+# memory (tests/test_index_memory.py checks the accounting against tracemalloc).
+OVERHEAD = 12_000
 
 
 def words(row: Row) -> set[str]:
@@ -132,7 +136,7 @@ class AgentIndex:
 
     def _grow(self) -> None:
         """Double every column into RAM (a memory-mapped one included)."""
-        capacity = 2 * self.capacity()
+        capacity = max(16, 2 * self.capacity())
         for name in COLUMNS:
             old = self.column(name)
             new = np.full(capacity, -1 if name == "session" else 0, dtype=old.dtype)
@@ -352,15 +356,22 @@ class AgentIndex:
         return matrix[slots] if found is None else found.read(slots, matrix)
 
     def arrays(self) -> Iterator[np.ndarray]:
+        """Every array it holds (some may be a snapshot file's mapping)."""
         yield from (self.column(name) for name in COLUMNS)
         yield from self.vectors.values()
         yield from self.has_vector.values()
+        yield from (self.codes or {}).values()
+        yield from self.estimates or ()
+        yield from (getattr(self.bounds, name) for name in self.bounds.NAMES)
+        yield from self.ids.base.arrays().values()
+        yield from self.session_codes.base.arrays().values()
+        yield from (found.rewritten for found in self.file_rows.values())
 
     def nbytes(self) -> int:
-        """What it holds in RAM (a memory-mapped array's pages are the page cache's)."""
+        """What it holds in RAM, as the index's memory budget counts it: its arrays (a
+        memory-mapped one's pages are the page cache's), lists and lookups, and OVERHEAD for
+        its Python objects, so that a small agent is counted as what it costs."""
         size = sum(int(a.nbytes) for a in self.arrays() if not mapped(a))
         size += self.postings.nbytes() + self.tag_slots.nbytes() + self.metadata.nbytes()
-        size += sum(int(c.nbytes) for c in (self.codes or {}).values() if not mapped(c))
-        size += sum(int(e.nbytes) for e in self.estimates or ())
-        size += 0 if mapped(self.ids.base.blob) else self.ids.base.blob.nbytes
-        return int(size) + self.ids.nbytes() + 100 * len(self.access)
+        size += self.ids.nbytes() + self.session_codes.nbytes() + 100 * len(self.access)
+        return int(size) + OVERHEAD

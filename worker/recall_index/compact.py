@@ -19,7 +19,8 @@ from handlers.text import stem
 from worker.recall_index.postings import Csr
 from worker.recall_index.strings import Strings, all_hashes
 
-CHUNK_ROWS = 1 << 16  # rows gathered at a time (a vector matrix is never copied whole)
+CHUNK_ROWS = 1 << 16  # strings gathered at a time
+CHUNK_BYTES = 1 << 22  # bytes of rows gathered at a time (a vector matrix is never copied whole)
 
 
 def renumbering(live: npt.NDArray[np.bool_]) -> npt.NDArray[np.int32]:
@@ -31,9 +32,11 @@ def renumbering(live: npt.NDArray[np.bool_]) -> npt.NDArray[np.int32]:
 
 
 def row_chunks(array: np.ndarray, kept: npt.NDArray[np.int64]) -> Iterator[np.ndarray]:
-    """array[kept] a chunk of rows at a time."""
-    for start in range(0, len(kept), CHUNK_ROWS):
-        yield np.ascontiguousarray(array[kept[start : start + CHUNK_ROWS]])
+    """array[kept] a chunk of rows at a time, of CHUNK_BYTES at most (one row at least)."""
+    row_bytes = max(1, array.itemsize * int(np.prod(array.shape[1:], dtype=np.int64)))
+    step = max(1, CHUNK_BYTES // row_bytes)
+    for start in range(0, len(kept), step):
+        yield np.ascontiguousarray(array[kept[start : start + step]])
 
 
 def subset(strings: Strings, positions: npt.NDArray[np.int64]) -> Strings:

@@ -3,8 +3,10 @@
 Triggers on `memories` log which memories each transaction inserted, deleted, re-scored or
 re-indexed; after each commit the writer applies what the log gained here. Recall then ranks an
 agent without touching SQLite. Agents load on first use and leave, least recently used first,
-when the index outgrows its memory budget. An agent is a (tenant, agentId) pair everywhere here,
-so that agent `a1` of two tenants is two indexes that share nothing (contract section 15).
+when the index outgrows its memory budget: each counted as what it holds (AgentIndex.nbytes),
+with what the saver allocates while it writes a snapshot (`saving`); what leaves is given back
+to the system (worker/recall_index/release.py). An agent is a (tenant, agentId) pair everywhere
+here, so that agent `a1` of two tenants is two indexes that share nothing (contract section 15).
 
 A load reads the agent's persisted snapshot (worker/recall_index/persist.py) and replays the
 agent's changes since, or, when there is none it can trust, the agent's rows from SQLite (then
@@ -30,7 +32,8 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -41,8 +44,10 @@ import structlog
 from worker.readers import Readers
 from worker.recall_index.agent_index import AgentIndex, AgentKey
 from worker.recall_index.changes import ChangeReader, LogGap, trim
+from worker.recall_index.frozen import Frozen, freeze
 from worker.recall_index.loading import Loader, apply_one, collapse, later
-from worker.recall_index.persist import Frozen, Store, freeze
+from worker.recall_index.persist import Store
+from worker.recall_index.release import RELEASER, Releaser
 from worker.recall_index.saver import Saver
 from worker.recall_index.view import Snapshot
 
@@ -73,6 +78,7 @@ class MemoryIndex:
         open_reader: Callable[[], apsw.Connection] | None = None,
         cache_dir: Path | None = None,
         codes: bool = False,
+        releaser: Releaser = RELEASER,
     ) -> None:
         """Loads run on the `readers` pool (a thread each) over connections of their own
         (`open_reader`, by default `readers.fresh`), closed when the load is done. With a
@@ -82,6 +88,15 @@ class MemoryIndex:
         self._open_reader = open_reader or readers.fresh
         self._max_bytes = max_bytes
         self._agents: OrderedDict[AgentKey, AgentIndex] = OrderedDict()
+        # Each loaded agent's bytes as last counted (AgentIndex.nbytes), and their sum: counted
+        # again when the agent changes or is recalled, not all of them at each load.
+        self._sizes: dict[AgentKey, int] = {}
+        self._total = 0
+        # What the saver holds while it writes a snapshot (`saving`), and the agent it writes.
+        self._held = 0
+        self._saving: AgentKey | None = None
+        # Told what the index lets go of, gives freed memory back (worker/recall_index/release.py).
+        self._releaser = releaser
         self._loading: dict[AgentKey, _Load] = {}
         # Bumped when the index cannot follow the change log: loads begun before are not kept.
         self._generation = 0
@@ -95,7 +110,7 @@ class MemoryIndex:
         self._saver = (
             None
             if self._store is None
-            else Saver(self._store, self._freeze, self._loader.frozen_cold)
+            else Saver(self._store, self._freeze, self._loader.frozen_cold, self.saving)
         )
         # On the event loop only: loads that recalls of one agent await together.
         self._shared_loads: dict[AgentKey, asyncio.Future[AgentIndex]] = {}
@@ -132,6 +147,8 @@ class MemoryIndex:
             found = self._agents.get(key)
             if found is not None and found.dead <= max(1024, found.live_count):
                 self._agents.move_to_end(key)
+                self._count(key)  # what recalls added since (access counts, words' bits)
+                self._shrink(keep=key)
                 return found
             pending = self._loading.get(key)
             mine = pending is None
@@ -159,6 +176,8 @@ class MemoryIndex:
                 loaded, removed = self._loader.read_rows(key, conn), False
             else:
                 loaded, removed = opened
+            # A load from SQLite gathers about what it holds in lists it then lets go of.
+            freed = 0 if from_disk else loaded.nbytes()
             with self._lock:
                 # Once per memory: the replay reads its row as it is now, whatever the changes.
                 for memory_id, op in collapse(pending.changes).items():
@@ -166,12 +185,15 @@ class MemoryIndex:
                 if self._reader is not None and loaded.complete is not None:
                     loaded.complete = later(loaded.complete, self._reader.mark)
                 if pending.generation == self._generation:
+                    freed += self._sizes.get(key, 0)  # a fragmented agent's, replaced
                     self._agents[key] = loaded
+                    self._count(key)
                     self._shrink(keep=key)
                     if self._saver is not None and loaded.complete is not None:
                         self._saver.loaded(key, from_disk=from_disk)
             if removed and self._saver is not None:
                 self._saver.removed(key)
+            self._releaser.freed(freed)
             return loaded
         finally:
             conn.close()
@@ -185,16 +207,48 @@ class MemoryIndex:
             found.disk_rows = max(found.disk_rows, frozen.rows)
             return frozen
 
-    def _shrink(self, keep: AgentKey) -> None:
-        total = sum(index.nbytes() for index in self._agents.values())
-        while total > self._max_bytes and len(self._agents) > 1:
-            oldest = next(iter(self._agents))
-            if oldest == keep:
-                self._agents.move_to_end(oldest)
-                continue
-            total -= self._agents.pop(oldest).nbytes()
+    def _count(self, key: AgentKey) -> None:
+        """Count the loaded agent's bytes again (under the lock)."""
+        size = self._agents[key].nbytes()
+        self._total += size - self._sizes.get(key, 0)
+        self._sizes[key] = size
+
+    def _shrink(self, keep: AgentKey | None = None) -> None:
+        """Least recently used agents leave until the counted bytes are within the budget; never
+        `keep` (the agent a recall waits for), the agent being saved, or the last agent."""
+        while self._total + self._held > self._max_bytes and len(self._agents) > 1:
+            oldest = next((k for k in self._agents if k not in (keep, self._saving)), None)
+            if oldest is None:
+                return
+            del self._agents[oldest]
+            size = self._sizes.pop(oldest)
+            self._total -= size
+            self._releaser.freed(size)
             if self._saver is not None:
                 self._saver.left(oldest)
+
+    @contextmanager
+    def saving(self, key: AgentKey, frozen: Frozen) -> Iterator[None]:
+        """While the saver writes the agent's snapshot (on its thread): what the writing
+        allocates is counted in the budget (and what `frozen` holds, when the agent is not
+        loaded: a cold rewrite), other agents leaving to make room; the agent does not leave."""
+        with self._lock:
+            held = frozen.transient() + (0 if key in self._agents else frozen.nbytes())
+            self._held += held
+            self._saving = key
+            self._shrink(keep=key)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held -= held
+                self._saving = None
+            self._releaser.freed(held)
+
+    def counted_bytes(self) -> int:
+        """The bytes the budget counts now: the loaded agents' and what the saver holds."""
+        with self._lock:
+            return self._total + self._held
 
     def forget_all(self) -> None:
         """Drop every agent (they reload on demand), and keep no load begun before."""
@@ -203,6 +257,9 @@ class MemoryIndex:
                 if self._saver is not None:
                     self._saver.left(key)
             self._agents.clear()
+            self._sizes.clear()
+            self._releaser.freed(self._total)
+            self._total = 0
             self._generation += 1
 
     def loaded_agents(
@@ -287,6 +344,10 @@ class MemoryIndex:
                 for index in self._agents.values():
                     if index.complete is not None:
                         index.complete = later(index.complete, self._reader.mark)
+            for key in counts:
+                if key in self._agents:
+                    self._count(key)
+            self._shrink()
         if self._saver is not None:
             for key, count in counts.items():
                 self._saver.changed(key, count)

@@ -13,8 +13,9 @@ import structlog
 
 from worker.recall_index.agent_index import ROW_SQL, AgentIndex, AgentKey
 from worker.recall_index.changes import LogGap, Mark, changes_since, last_mark
+from worker.recall_index.frozen import Frozen, freeze
 from worker.recall_index.mapping import read_at_random
-from worker.recall_index.persist import Frozen, Store, freeze, room
+from worker.recall_index.persist import Store, room
 
 log = structlog.get_logger()
 # A forgotten memory (contract section 12), or one whose recall policy is `never` (section 13),

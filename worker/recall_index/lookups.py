@@ -87,6 +87,10 @@ class SessionCodes(Mapping[str, int]):
     def __len__(self) -> int:
         return len(self.base) + len(self.tail)
 
+    def nbytes(self) -> int:
+        """The tail's; the base's arrays are counted with the agent's."""
+        return 150 * len(self.tail)
+
 
 def tag_key(key: str, value: str) -> str:
     """One string per (top-level metadata key, canonical JSON value), unambiguous."""

@@ -26,8 +26,8 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -35,18 +35,24 @@ from handlers.vector_index import AUTO_THRESHOLD, words_for
 from worker.recall_index.agent_index import COLUMNS, AgentIndex, AgentKey
 from worker.recall_index.changes import Mark
 from worker.recall_index.compact import compacted, renumbering, row_chunks, stems_of, subset
+from worker.recall_index.frozen import CHUNK, Frozen
 from worker.recall_index.lookups import Ids, MetadataLookup, SessionCodes
 from worker.recall_index.mapping import FileRows
-from worker.recall_index.postings import Csr, Postings, SlotLists, Slots
+from worker.recall_index.postings import Csr, Postings, SlotLists
 from worker.recall_index.strings import Strings
 
 VERSION = 2  # 2: live rows only; the mark's memory id as its tag
-CHUNK = 1 << 24  # bytes written at a time
 STALE_TEMP_S = 3600.0  # a temporary directory this old was left by a crash
 
 
+# Rows of room for appends an agent gets beyond its rows, at least: in RAM (a load from SQLite)
+# as on disk, so that a small agent costs what it holds (the room was 4096 rows, 6.3 MB of
+# 384-d vectors for an agent of one memory); growth past the room doubles (AgentIndex._grow).
+MIN_ROOM = 16
+
+
 def room(rows: int) -> int:
-    return rows + max(4096, rows // 8)
+    return rows + max(MIN_ROOM, rows // 8)
 
 
 def agent_name(key: AgentKey) -> str:
@@ -54,50 +60,9 @@ def agent_name(key: AgentKey) -> str:
     return hashlib.sha256(joined).hexdigest()[:32]
 
 
-@dataclass
-class Frozen:
-    """What a snapshot writes, taken under the index lock in a few microseconds per tail entry:
-    references to the columns (rows below `rows` may change in place while they are written:
-    each such change is logged after `mark` and replayed when the snapshot is opened), the
-    bases (never changed) and copies of the tails."""
-
-    key: AgentKey
-    mark: Mark
-    rows: int
-    anchor_ms: int
-    live: np.ndarray  # a copy of the live mask's first `rows`: which rows are written
-    columns: dict[str, np.ndarray]
-    vectors: dict[str, tuple[np.ndarray, np.ndarray]]
-    ids: tuple[Strings, list[str]]
-    sessions: tuple[Strings, list[str]]
-    postings: tuple[Csr, Csr, dict[str, Slots]]
-    lists: dict[str, tuple[Csr, dict[str, Slots]]] = field(default_factory=dict)
-    codes: dict[str, np.ndarray] = field(default_factory=dict)  # model -> (words, capacity)
-
-
-def freeze(key: AgentKey, index: AgentIndex, mark: Mark) -> Frozen:
-    rows = len(index.ids)
-    return Frozen(
-        key=key,
-        mark=mark,
-        rows=rows,
-        anchor_ms=index.anchor_ms,
-        live=index.column("live")[:rows].copy(),
-        columns={name: index.column(name) for name in COLUMNS},
-        vectors={m: (v, index.has_vector[m]) for m, v in index.vectors.items()},
-        ids=(index.ids.base, list(index.ids.tail)),
-        sessions=(index.session_codes.base, index.session_codes.new_sessions()),
-        postings=(index.postings.base, index.postings.stems, index.postings.tail.frozen()),
-        lists={
-            "tag_slots": (index.tag_slots.base, index.tag_slots.tail.frozen()),
-            "metadata": (index.metadata.base, index.metadata.tail.frozen()),
-        },
-        codes=dict(index.codes or {}),
-    )
-
-
 # (file name, array, capacity to save it with, rows of it to save: None for all)
 Part = tuple[str, np.ndarray, int | None, np.ndarray | None]
+CODES = -1  # the capacity of a part that is sign codes, laid out (words, rows): `_save_codes`
 
 
 def _arrays(frozen: Frozen) -> Iterator[Part]:
@@ -113,7 +78,7 @@ def _arrays(frozen: Frozen) -> Iterator[Part]:
         yield f"vectors.{number}", matrix[:rows], room(count), kept
         yield f"has_vector.{number}", flags[:rows], room(count), kept
         if model in frozen.codes:
-            yield f"codes.{number}", _codes(frozen.codes[model], rows, kept), None, None
+            yield f"codes.{number}", frozen.codes[model][:, :rows], CODES, kept
     ids = frozen.ids[0].extended(frozen.ids[1])
     ids = ids if kept is None else subset(ids, kept)
     sessions = frozen.sessions[0].extended(frozen.sessions[1])
@@ -138,36 +103,59 @@ def _arrays(frozen: Frozen) -> Iterator[Part]:
             yield file, array, None, None
 
 
-def _codes(codes: np.ndarray, rows: int, kept: np.ndarray | None) -> np.ndarray:
-    """The (words, rows) sign codes of the rows written, with room for appends (zeros: they are
-    laid out by word, so the room cannot be a hole at the end; 8 bytes a word and row)."""
-    count = rows if kept is None else len(kept)
-    saved = np.zeros((codes.shape[0], room(count)), dtype=np.uint64)
-    saved[:, :count] = codes[:, :rows] if kept is None else codes[:, kept]
-    return saved
-
-
 def _save(path: Path, array: np.ndarray, capacity: int | None, kept: np.ndarray | None) -> int:
     """Write an .npy file of array (of its rows `kept`); with a capacity, the rows then a hole
-    up to it."""
+    up to it. Streamed: nothing larger than CHUNK is copied (slices of a contiguous array are
+    written as they are)."""
+    if capacity == CODES:
+        return _save_codes(path, array, kept)
     count = len(array) if kept is None else len(kept)
     shape = (count, *array.shape[1:]) if capacity is None else (capacity, *array.shape[1:])
     header = {"descr": np.lib.format.dtype_to_descr(array.dtype), "fortran_order": False}
     with open(path, "wb") as file:
         np.lib.format.write_array_header_1_0(file, {**header, "shape": shape})
         if kept is None:
-            flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-            for start in range(0, len(flat), CHUNK):
-                file.write(flat[start : start + CHUNK].tobytes())
+            _write_flat(file, array)
         else:
             for chunk in row_chunks(array, kept):
-                file.write(chunk.tobytes())
+                _write_flat(file, chunk)
         if capacity is not None:
             row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
             file.truncate(file.tell() + (capacity - count) * row_bytes)
-        file.flush()
-        os.fsync(file.fileno())
-        return os.fstat(file.fileno()).st_size
+        return _synced(file)
+
+
+def _save_codes(path: Path, codes: np.ndarray, kept: np.ndarray | None) -> int:
+    """The (words, rows) sign codes of the rows written, with room for appends after each
+    word's rows: they are laid out by word, so each word's room is a hole in the middle of the
+    file (a seek past it), written a word and chunk at a time."""
+    count = codes.shape[1] if kept is None else len(kept)
+    capacity = room(count)
+    header = {"descr": np.lib.format.dtype_to_descr(codes.dtype), "fortran_order": False}
+    with open(path, "wb") as file:
+        np.lib.format.write_array_header_1_0(file, {**header, "shape": (len(codes), capacity)})
+        start = file.tell()
+        for word in range(len(codes)):
+            file.seek(start + word * capacity * codes.itemsize)
+            if kept is None:
+                _write_flat(file, codes[word])
+            else:
+                for chunk in row_chunks(codes[word], kept):
+                    _write_flat(file, chunk)
+        file.truncate(start + len(codes) * capacity * codes.itemsize)
+        return _synced(file)
+
+
+def _write_flat(file: BinaryIO, array: np.ndarray) -> None:
+    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    for at in range(0, len(flat), CHUNK):
+        file.write(flat[at : at + CHUNK].data)
+
+
+def _synced(file: BinaryIO) -> int:
+    file.flush()
+    os.fsync(file.fileno())
+    return os.fstat(file.fileno()).st_size
 
 
 class Store:

@@ -33,6 +33,7 @@ class GrowingLists:
     def __init__(self) -> None:
         self._arrays: dict[str, Slots] = {}
         self._counts: dict[str, int] = {}
+        self._bytes = 0  # the arrays' bytes, and 160 a key (the index's budget counts them)
 
     def add(self, key: str, slot: int) -> bool:
         """Append; True when the key is new here."""
@@ -40,9 +41,11 @@ class GrowingLists:
         count = self._counts.get(key, 0)
         if found is None:
             found = np.empty(4, dtype=np.int32)
+            self._bytes += found.nbytes + 160
         elif count == len(found):
             grown = np.empty(2 * count, dtype=np.int32)
             grown[:count] = found
+            self._bytes += grown.nbytes - found.nbytes
             found = grown
         found[count] = slot
         # The count before the array: a reader (without the lock) never finds an array whose
@@ -60,7 +63,7 @@ class GrowingLists:
         return {key: found[: self._counts[key]].copy() for key, found in self._arrays.items()}
 
     def nbytes(self) -> int:
-        return sum(found.nbytes + 160 for found in self._arrays.values())
+        return self._bytes
 
 
 class Csr:
@@ -194,6 +197,7 @@ class Postings(SlotLists):
         super().__init__(base)
         self.stems = stems or Csr.empty()  # stem -> positions of its tokens in base.keys
         self.new_variants: dict[str, list[str]] = {}  # stem -> tokens new since the base
+        self._new_tokens = 0  # how many new_variants holds
         self._dense: dict[str, Dense | None] = {}
 
     def dense(self, token: str) -> Dense | None:
@@ -215,7 +219,8 @@ class Postings(SlotLists):
 
     def nbytes(self) -> int:
         bits = sum(d.bits.nbytes for d in list(self._dense.values()) if d is not None)
-        return super().nbytes() + bits
+        variants = 100 * self._new_tokens
+        return super().nbytes() + self.stems.nbytes() + bits + variants
 
     @classmethod
     def gathered(cls, lists: Mapping[str, Iterable[int]]) -> Postings:
@@ -228,6 +233,7 @@ class Postings(SlotLists):
     def add(self, key: str, slot: int) -> bool:
         if super().add(key, slot) and self.base.keys.find(key) < 0:
             self.new_variants.setdefault(stem(key), []).append(key)
+            self._new_tokens += 1
             return True
         return False
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import structlog
 
 from worker.recall_index.agent_index import AgentKey
-from worker.recall_index.persist import Frozen, Store
+from worker.recall_index.frozen import Frozen
+from worker.recall_index.persist import Store
 
 log = structlog.get_logger()
 SAVE_AFTER = 2000
@@ -42,12 +44,15 @@ class Saver:
         store: Store,
         freeze: Callable[[AgentKey], Frozen | None],
         cold: Callable[[AgentKey], Frozen | None],
+        hold: Callable[[AgentKey, Frozen], AbstractContextManager[None]],
     ) -> None:
         """`freeze` takes an agent's state under the index lock (None: no longer loaded);
-        `cold` opens an agent that is not loaded from its snapshot, caught up (None: none)."""
+        `cold` opens an agent that is not loaded from its snapshot, caught up (None: none);
+        `hold` is held while a snapshot is written (the index counts what writing it takes)."""
         self.store = store
         self._freeze = freeze
         self._cold = cold
+        self._hold = hold
         # Per agent with removals not yet rewritten out: (when it is due, removals so far).
         self._removals: dict[AgentKey, tuple[float, int]] = {}
         self._guard = threading.Lock()
@@ -159,7 +164,8 @@ class Saver:
             return False
         started = time.perf_counter()
         try:
-            written = self.store.write(frozen)
+            with self._hold(key, frozen):
+                written = self.store.write(frozen)
         except Exception as error:
             log.error("index.snapshot_failed", error=f"{type(error).__name__}: {error}")
             with self._guard:

@@ -23,6 +23,7 @@ import apsw
 import msgspec
 import structlog
 
+from handlers.vector_index import keeps_codes
 from worker.config import Config
 from worker.db import migrate, open_db
 from worker.readers import Readers
@@ -107,7 +108,7 @@ class PartitionNode:
             config.index_memory_mb * 1024 * 1024,
             wall_clock_ms,
             cache_dir=Path(f"{self.path}.index") if config.index_persist else None,
-            codes=config.vector_index != "exact",
+            codes=keeps_codes(config.vector_index, config.recall),
         )
         # The log is the durable copy: the file need not sync every commit.
         conn = self._conn = open_db(self.path, synchronous="normal")
