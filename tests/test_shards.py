@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import apsw
 import nats
 import pytest
 
@@ -108,6 +109,38 @@ async def test_a_shard_that_dies_is_replaced_within_two_ttls_and_loses_nothing(
         for agent in agents:
             body = await client.ok("memory::kg::query", {"agentId": agent, "entityId": "e"})
             assert [e["id"] for e in body["entities"]] == ["e"], agent
+        await nc.close()
+
+
+async def test_an_owner_that_renewed_no_lease_for_a_ttl_writes_nothing_to_the_log(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """An owner whose last renewal was sent a TTL ago by its own clock (a process paused that
+    long) refuses a write before it reaches the log, even when no other shard appended since
+    (the log's expected sequence would let it through): nothing is stored, the log is as it
+    was, the shard no longer owns the partition, and the caller gets 503 to retry."""
+    async with shards(nats_url, tmp_path, "s1") as (app,):
+        nc = await nats.connect(nats_url)
+        client = Client(nc)
+        await client.store("a", "stored while the lease is fresh")
+        partition = partition_of("", "a", PARTITIONS)
+        node, plog, leases = app.owned(partition), app.plog, app.leases
+        assert node is not None and plog is not None and leases is not None
+        last = await plog.last_seq(partition)
+        assert app._balancer is not None
+        app._balancer.cancel()  # no renewal from now on, as in a paused process
+        await asyncio.wait([app._balancer])
+        clock = leases.clock
+        leases.clock = lambda: clock() + TTL  # a TTL since the last renewal, by its own clock
+        reply = await client.call("memory::store", {"agentId": "a", "content": "stale write"})
+        assert reply.code == "503", reply
+        assert await plog.last_seq(partition) == last
+        assert app.owned(partition) is None
+        conn = apsw.Connection(str(node.path), flags=apsw.SQLITE_OPEN_READONLY)
+        assert conn.execute("SELECT content FROM memories").fetchall() == [
+            ("stored while the lease is fresh",)
+        ]
+        conn.close()
         await nc.close()
 
 
