@@ -9,12 +9,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 import nats.errors
-
-T = TypeVar("T")
 
 
 async def wait_until(
@@ -48,18 +46,6 @@ async def wait_for_service(nc: Any, timeout: float = 20.0) -> None:
         return True
 
     await wait_until(answers, "the worker's service answering a ping", timeout)
-
-
-def wait_until_sync(
-    condition: Callable[[], T], what: str, timeout: float = 20.0, interval: float = 0.02
-) -> T:
-    """wait_until for a test that runs no event loop."""
-    deadline = time.monotonic() + timeout
-    while not (found := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what} (last seen: {found!r})")
-        time.sleep(interval)
-    return found
 
 
 @dataclass
