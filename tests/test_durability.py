@@ -107,27 +107,32 @@ async def test_a_restart_after_kill_9_replaces_the_orphaned_embedded_server(
     }
     env.pop("MEMORY_WORKER_NATS_URL", None)
     url = f"nats://127.0.0.1:{port}"
+
+    async def worker_serving() -> Any:
+        try:
+            nc = await nats.connect(url, allow_reconnect=False, connect_timeout=0.5)
+        except (OSError, nats.errors.Error, TimeoutError):
+            return None  # no server listening yet
+        try:  # the killed worker's orphaned server answers until the new worker stops it
+            await nc.request("$SRV.PING.memory", b"", timeout=0.5)
+        except nats.errors.Error:  # closed under us, no responder or no answer yet
+            await nc.close()
+            return None
+        return nc
+
     for round_number in range(2):
         process = subprocess.Popen(
             [sys.executable, "-m", "worker", "run"], env=env, stderr=subprocess.DEVNULL
         )
-
-        async def worker_serving() -> Any:
-            try:
-                nc = await nats.connect(url, allow_reconnect=False, connect_timeout=0.5)
-            except (OSError, nats.errors.Error, TimeoutError):
-                return None  # no server listening yet
-            try:  # the killed worker's orphaned server answers until the new worker stops it
-                await nc.request("$SRV.PING.memory", b"", timeout=0.5)
-            except nats.errors.Error:  # closed under us, no responder or no answer yet
-                await nc.close()
-                return None
-            return nc
-
-        nc = await wait_until(worker_serving, f"round {round_number}: a worker serving")
-        reply = await Client(nc).store("a", f"round {round_number}")
-        assert reply["stored"] is True
-        await nc.close()
-        process.send_signal(signal.SIGKILL if round_number == 0 else signal.SIGTERM)
-        process.wait(timeout=15)
+        try:
+            nc = await wait_until(worker_serving, f"round {round_number}: a worker serving")
+            reply = await Client(nc).store("a", f"round {round_number}")
+            assert reply["stored"] is True
+            await nc.close()
+            process.send_signal(signal.SIGKILL if round_number == 0 else signal.SIGTERM)
+            process.wait(timeout=15)
+        finally:
+            if process.poll() is None:  # the round failed: stop the worker, and its server
+                process.terminate()
+                process.wait(timeout=15)
     assert process.returncode == 0
