@@ -38,7 +38,7 @@ async def embedding_service(nats_url: str) -> AsyncIterator[list[str]]:
     pending: set[asyncio.Task[None]] = set()
 
     async def answer(msg: Any) -> None:
-        await asyncio.sleep(DELAY_S)
+        await asyncio.sleep(DELAY_S)  # a model that takes its time: the behaviour tested
         text = msgspec.json.decode(msg.data)["text"]
         await msg.respond(msgspec.json.encode({"embedding": vector_of(text)}))
 

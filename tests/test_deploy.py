@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import shutil
@@ -16,7 +15,7 @@ from nats.errors import Error as NatsError
 
 from tests.conftest import worker_config
 from tests.shipped_nats import CONF, PASSWORDS, connect_as, password, shipped_nats
-from tests.support import Client
+from tests.support import Client, wait_until
 from worker.app import App
 from worker.config import FIELDS, env_name
 from worker.embedded import server_binary
@@ -128,8 +127,10 @@ async def test_only_the_worker_account_may_serve_memory_subjects(tmp_path: Path)
         await worker.subscribe("memory.store", queue="memory-worker", cb=answer)
         impostor = await client.subscribe("memory.store")
         await client.flush()
-        await asyncio.sleep(0.3)
-        assert any("permissions violation" in e for e in errors), errors
+        await wait_until(  # the server's -ERR arrives after the flush
+            lambda: any("permissions violation" in e for e in errors),
+            "the server refused alice's subscription to memory.store",
+        )
         reply = await client.request("memory.store", b"{}", timeout=2)
         assert reply.data == b"from the worker"
         with pytest.raises((NatsError, TimeoutError)):

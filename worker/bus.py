@@ -400,8 +400,9 @@ class MemoryService:
             log.warning("reply.failed", trigger=route.trigger, error=str(failure))
 
     async def stop(self, timeout: float) -> None:
-        """Stop taking requests, then wait (up to timeout) for those in flight."""
-        if self._service is not None:
+        """Stop taking requests, then wait (up to timeout) for those in flight. On a connection
+        that closed under it (a shard whose NATS went away) the subscriptions went with it."""
+        if self._service is not None and not self._nc.is_closed:
             await self._service.stop()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout)

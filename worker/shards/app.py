@@ -236,6 +236,7 @@ class ShardApp:
                 self._services,
                 self.plog,
                 self._replayer,
+                lease_fresh=lambda: self._lease_fresh(partition),
                 restore=self.snapshots.restore,
             )
             await node.open()
@@ -300,8 +301,11 @@ class ShardApp:
         node = self.nodes.get(partition)
         subscription = self._subscriptions.pop(partition, None)
         if subscription is not None:
+            # Drained, not dropped: a request already delivered (one this shard forwarded to
+            # itself on stepping down, say) is answered 503 and retried, where an unsubscribe
+            # discarded it and its caller waited out the 30 s forward timeout.
             with contextlib.suppress(Exception):
-                await subscription.unsubscribe()
+                await subscription.drain()
         if node is not None and node.services is not None and node.services.backfill:
             await node.services.backfill.close()
             node.services.backfill = None

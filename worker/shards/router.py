@@ -120,7 +120,8 @@ class Router:
         if node is not None and node.services is not None:
             try:
                 return await execute(node.services, route, request)
-            except (Superseded, NotOwner):
+            except (Superseded, NotOwner) as error:
+                log.info("shard.write_refused", partition=partition, error=str(error))
                 self.on_superseded(partition)  # then ask whoever owns it now
         return await self._forward(partition, token, route, request)
 
@@ -185,6 +186,7 @@ async def serve_partition(
     except WorkerError as error:
         await _respond_error(nc, msg, error)
     except (Superseded, NotOwner) as error:
+        log.info("shard.write_refused", partition=node.partition, error=str(error))
         on_superseded()
         await _respond_error(nc, msg, Unavailable(f"partition {node.partition}: {error}; retry"))
     except Exception as error:
