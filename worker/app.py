@@ -45,6 +45,7 @@ from worker.recall_index.index import MemoryIndex
 from worker.recalls_first import RecallsFirst
 from worker.redact import redact
 from worker.registry import ROUTES
+from worker.route import Route
 from worker.services import Services, wall_clock_ms
 from worker.telemetry import JobRecord, Telemetry
 from worker.tenancy import load_grants
@@ -90,8 +91,10 @@ def builtin_model(name: str) -> LocalModel:
 
 
 class App:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, routes: tuple[Route[Any, Any], ...] = ROUTES) -> None:
+        """`routes`: the trigger table it serves (worker/registry.py; a test may add a row)."""
         self.config = config
+        self.routes = routes
         self.embedded: EmbeddedServer | None = None
         self.nc: Any = None
         self.services: Services | None = None
@@ -200,11 +203,11 @@ class App:
         services.backfill = backfill = Backfill(embedder, readers, writer, replace=not fell_back)
         backfill.start()
         self._on_stop("backfill", backfill.close)
-        self.dispatcher = Dispatcher(services, ROUTES, telemetry)
+        self.dispatcher = Dispatcher(services, self.routes, telemetry)
         self.service = service = MemoryService(nc, self.dispatcher, config.subject_prefix)
         # Stopping takes no more requests, then waits for those in flight (up to DRAIN_SECONDS).
         self._on_stop("service", lambda: service.stop(timeout=DRAIN_SECONDS), needs_nats=True)
-        await service.start(ROUTES, telemetry.health.metadata)
+        await service.start(self.routes, telemetry.health.metadata)
         if config.ingest:
             await self._start_ingest()
         if config.metrics_port:
