@@ -33,10 +33,8 @@ from worker.config import Config
 from worker.db import DatabaseUnusable, migrate, open_db, quick_check, unusable
 from worker.dispatch import Dispatcher
 from worker.embedded import EmbeddedServer
-from worker.embedders import Embedder, NoEmbedder
-from worker.embedders.bus import BusEmbedder
+from worker.embedders.configured import make_embedder
 from worker.embedders.hashing import HashingModel
-from worker.embedders.local import BatchingEmbedder, LocalModel
 from worker.ingest import Ingest
 from worker.metrics import MetricsServer
 from worker.readers import Readers
@@ -59,35 +57,10 @@ DRAIN_SECONDS = 8.0
 SWITCH_INTERVAL_S = 0.0005
 
 
-def make_embedder(config: Config, nc: Any) -> Embedder:
-    if config.embedder == "none":
-        return NoEmbedder()
-    if config.embedder == "bus":
-        return BusEmbedder(nc, timeout=config.embed_timeout)
-    return BatchingEmbedder(builtin_model(config.builtin_model))
-
-
 def index_dir(db_path: Path, config: Config) -> Path | None:
     """Where the recall index persists its agents (worker/recall_index/persist.py): beside the
     database, `<file>.index/`; None when switched off."""
     return Path(f"{db_path}.index") if config.index_persist else None
-
-
-def builtin_model(name: str) -> LocalModel:
-    """The learned model if its wheels are installed, else the hashing stand-in (logged)."""
-    try:
-        if name == "hash":
-            return HashingModel()
-        if name == "e5":
-            from worker.embedders.e5 import E5Small
-
-            return E5Small()
-        from worker.embedders.minilm import MiniLM
-
-        return MiniLM()
-    except Exception as error:  # missing wheels, or a damaged model or tokenizer file
-        log.error("embedder.builtin_unavailable", model=name, error=str(error), using="hash")
-        return HashingModel()
 
 
 class App:

@@ -97,6 +97,7 @@ class Route(Generic[Q, R]):
     _: KW_ONLY
     # What a success replies, and what the Python client (worker/client.py) decodes it as.
     reply_type: type[R]
+    # The row's kind is the one of these it carries (a flow may name its own write too).
     read: Callable[..., R] | None = None
     write: Write[Any, Any] | None = None
     flow: Callable[[Services, Q], Awaitable[R]] | None = None
@@ -120,11 +121,13 @@ class Route(Generic[Q, R]):
     bounded_by: str | None = None
 
     def __post_init__(self) -> None:
-        for problem in _problems(self):
+        problem = _problem(self)
+        if problem is not None:
             raise RowError(f"{self.trigger}: {problem}")
 
     @property
     def kind(self) -> Kind:
+        """How dispatch runs it (worker/dispatch.py `execute`)."""
         if self.read is not None:
             return "read"
         return "flow" if self.flow is not None else "write"
@@ -194,50 +197,50 @@ def ingestible(routes: Iterable[Route[Any, Any]]) -> dict[str, str]:
     return {route.verb: route.trigger for route in routes if route.ingest}
 
 
-def _problems(route: Route[Any, Any]) -> list[str]:
-    """What is wrong with a row, each in words naming the part."""
+def _problem(route: Route[Any, Any]) -> str | None:
+    """What is wrong with a row, in words naming the part; None: nothing."""
     parts = {"read": route.read, "write": route.write, "flow": route.flow}
     given = [name for name, part in parts.items() if part is not None]
     if not given:
-        return ["a row needs one of read=, write= and flow="]
+        return "a row needs one of read=, write= and flow="
     if route.read is not None and len(given) > 1:
-        return [f"a read row ignores {_named(given[1:])}: a read writes nothing"]
+        return f"a read row ignores {_named(given[1:])}: a read writes nothing"
     if route.read is not None and route.ingest:
-        return ["a read row ignores ingest=True: only a write can be ingested"]
+        return "a read row ignores ingest=True: only a write can be ingested"
     if route.read is not None and route.after is not None:
-        return ["a read row ignores after=: it runs only after a write row's commit"]
+        return "a read row ignores after=: it runs only after a write row's commit"
     if route.flow is not None and route.after is not None:
-        return ["a flow ignores after=: a flow does what follows its writes itself"]
+        return "a flow ignores after=: a flow does what follows its writes itself"
     if route.flow is None and route.also_logs:
-        return ["only a flow commits writes under other names: also_logs= is ignored"]
+        return "only a flow commits writes under other names: also_logs= is ignored"
     if route.flow is not None and route.ingest and route.write is None:
-        return ["ingest=True needs the write the flow commits under its own trigger (write=)"]
+        return "ingest=True needs the write the flow commits under its own trigger (write=)"
     if route.paged and route.kind != "read":
-        return ["a request with a cursor is a paged listing: it must be a read row"]
+        return "a request with a cursor is a paged listing: it must be a read row"
     return _fit(route)
 
 
-def _fit(route: Route[Any, Any]) -> list[str]:
+def _fit(route: Route[Any, Any]) -> str | None:
     """The parts that must agree with the request and reply structs."""
     fields = {f.name: f for f in msgspec.structs.fields(route.request_type)}
     keys = {f.encode_name for f in fields.values()}
     if route.bounded_by is not None and route.bounded_by not in keys:
-        return [f"bounded_by={route.bounded_by!r} is not a key of its request"]
+        return f"bounded_by={route.bounded_by!r} is not a key of its request"
     if route.timed and "duration_ms" not in route.reply_type.__struct_fields__:
-        return ["timed=True needs a `durationMs` in its reply"]
+        return "timed=True needs a `durationMs` in its reply"
     scope = route.scope
     if scope.holder == "tenant":
-        return [] if not (scope.shared or scope.every) else ["a tenant scope is one partition"]
+        return None if not (scope.shared or scope.every) else "a tenant scope is one partition"
     agent = fields.get("agent_id")
     if agent is None:
-        return ["its request names no agent: give it a tenant scope"]
+        return "its request names no agent: give it a tenant scope"
     if scope.shared and "namespace" not in fields:
-        return ["a shared scope needs a `namespace` in its request"]
+        return "a shared scope needs a `namespace` in its request"
     if not agent.required and not (scope.shared or scope.every):
-        return ["its request may name no agent: say where it goes then (shared=, every=)"]
+        return "its request may name no agent: say where it goes then (shared=, every=)"
     if agent.required and scope.every is not None:
-        return ["every= is for requests that may name no agent; its request always names one"]
-    return []
+        return "every= is for requests that may name no agent; its request always names one"
+    return None
 
 
 def _named(parts: list[str]) -> str:

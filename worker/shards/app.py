@@ -27,6 +27,7 @@ from scheduler.jobs import Schedule, default_jobs
 from worker.bus import MemoryService, connect
 from worker.config import Config
 from worker.dispatch import Dispatcher
+from worker.embedders.configured import make_embedder
 from worker.embedders.hashing import HashingModel
 from worker.ingest import Ingest
 from worker.metrics import MetricsServer
@@ -128,8 +129,6 @@ class ShardApp:
         self.connection_lost.set()
 
     async def start(self) -> None:
-        from worker.app import make_embedder
-
         config = self.config
         self.nc = nc = await connect(config.nats_url, config, on_closed=self._nats_closed)
         js = nc.jetstream()
