@@ -35,7 +35,8 @@ from schema.memory import StoreRequest
 from tests.conftest import worker_config
 from tests.support import Client, Reply, wait_until
 from worker.app import App
-from worker.registry import ROUTES, Route
+from worker.registry import ROUTES
+from worker.route import Route
 
 TRIGGERS = [route.trigger for route in ROUTES]
 STATUS_CODES = {"400": "invalid_request", "413": "payload_too_large"}
@@ -329,7 +330,7 @@ def in_message(key: str) -> str:
 class Shape:
     """Everything test_hostile knows about one trigger's request."""
 
-    def __init__(self, route: Route) -> None:
+    def __init__(self, route: Route[Any, Any]) -> None:
         self.route = route
         info = mi.type_info(route.request_type)
         assert isinstance(info, mi.StructType)

@@ -11,11 +11,12 @@ from typing import Any, NoReturn
 
 import apsw
 
-from worker import commands
+from worker import commands, nats_config
 from worker.commands import EXIT_CODES, Exit
 from worker.config import ConfigError, load_config, nats_setting_problem
 from worker.db import DatabaseTooNew, migrate, open_db, unusable
 from worker.logs import configure_logging
+from worker.nats_config import tenant_arg
 from worker.redact import redact
 
 
@@ -102,6 +103,16 @@ def _parser() -> argparse.ArgumentParser:
         help="agent ids or fnmatch patterns the token may act for, e.g. 'alice-*'",
     )
     token.add_argument("--file", help="add the entry to this token file (made 0600 if new)")
+    nats_conf = commands.add_parser(
+        "nats-config", help="print the NATS server config: accounts, exports, imports per trigger"
+    )
+    nats_conf.add_argument(
+        "--tenant",
+        action="append",
+        type=tenant_arg,
+        metavar="ACCOUNT=USER,...",
+        help="a tenant account and its users (repeat; default: the examples TEAM_A, TEAM_B)",
+    )
     bench = commands.add_parser("bench", help="measure latency, throughput, RSS and quality")
     from worker.bench.command import add_arguments
 
@@ -161,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "token":  # needs no configuration: it only makes a secret
         return commands.token(args)
+    if args.command == "nats-config":  # nor this: it prints the trigger table's config
+        return nats_config.command(args)
     flags = {key: getattr(args, key, None) for key in ("nats_url", "db_path")}
     if flags["nats_url"] is not None and (problem := nats_setting_problem(flags["nats_url"])):
         print(f"memory-worker: --nats-url: {problem}", file=sys.stderr)

@@ -16,7 +16,7 @@ import msgspec
 import structlog
 
 from handlers.audit import Call
-from handlers.ingested import Delivery
+from handlers.ingested import Delivery, IngestKey
 from schema.errors import (
     Internal,
     InvalidRequest,
@@ -30,7 +30,7 @@ from worker.db import DAMAGED
 from worker.json_keys import duplicate_key
 from worker.locate import refusal
 from worker.payload import reply_budget, too_large
-from worker.registry import READER, WRITER, Route
+from worker.route import Route
 from worker.services import Context, Services
 from worker.telemetry import Telemetry, TriggerStats
 from worker.tenancy import ADMIN, Caller, caller_of, scoped, untenanted
@@ -39,20 +39,26 @@ from worker.writes import commit
 log = structlog.get_logger()
 
 
-async def execute(services: Services, route: Route, request: Any) -> Any:
-    """Run the route's function where its row says: a write's decide and apply steps in one
-    transaction on the writer (worker/writes.py), a pure read on a reader, given the time; a
-    flow with the services. A paged read is given the bytes its reply may hold on the services'
-    NATS connection."""
-    if route.on == WRITER:
-        assert route.writes is not None
-        return await commit(services, route.trigger, route.writes, request)
-    if route.on == READER:
+async def execute(services: Services, route: Route[Any, Any], request: Any) -> Any:
+    """Run the row as its kind says (worker/route.py): a pure read on a reader, given the time
+    (a paged one also the bytes its reply may hold on the services' NATS connection); a write
+    prepared, then decided and applied in one writer transaction (worker/writes.py), then its
+    row's `after`; a flow with the services."""
+    if route.read is not None:
+        read = route.read
         paged = {"budget": reply_budget(services.nc)} if route.paged else {}
         return await services.readers.run(
-            lambda conn: route.run(conn, request, now=services.clock(), **paged)
+            lambda conn: read(conn, request, now=services.clock(), **paged)
         )
-    return await route.run(services, request)
+    if route.flow is not None:
+        return await route.flow(services, request)
+    write = route.write
+    assert write is not None, "a row is a read, a write or a flow"
+    prepared = None if write.prepare is None else await write.prepare(services, request)
+    reply = await commit(services, route.trigger, write, request, prepared=prepared)
+    if route.after is not None:
+        await route.after(services, request, prepared, reply)
+    return reply
 
 
 @dataclass(frozen=True)
@@ -61,14 +67,14 @@ class Outcome:
     error: WorkerError | None
 
 
-Executor = Callable[[Route, Any], Awaitable[Any]]
+Executor = Callable[[Route[Any, Any], Any], Awaitable[Any]]
 
 
 class Dispatcher:
     def __init__(
         self,
         services: Context,
-        routes: Iterable[Route],
+        routes: Iterable[Route[Any, Any]],
         telemetry: Telemetry,
         executor: Executor | None = None,
     ) -> None:
@@ -114,7 +120,7 @@ class Dispatcher:
             raise InvalidRequest(f"invalid request: {duplicate}")
         return request
 
-    def scope(self, route: Route, request: Any, caller: Caller) -> Any:
+    def scope(self, route: Route[Any, Any], request: Any, caller: Caller) -> Any:
         """The request as its handler gets it: in the tenant it acts in (worker/tenancy.py)."""
         if self.services.config.tenancy == "none":
             return untenanted(request)
@@ -165,7 +171,9 @@ class Dispatcher:
     ) -> Outcome:
         started = time.perf_counter()
         agent = None
-        reported: tuple[Route, Any, Any] | None = None  # a success, for the route's report
+        reported: tuple[Route[Any, Any], Any, Any] | None = (
+            None  # a success, for the route's report
+        )
         audit_call = None
         self.in_flight += 1
         try:
@@ -182,7 +190,9 @@ class Dispatcher:
             agent = agent if isinstance(agent, str) else None
             structlog.contextvars.bind_contextvars(agent=agent)
             request = self.scope(route, request, caller)
-            audit_call = CALL.set(Call(trigger, source, caller.requester, message))
+            # An ingested message's key is kept where the request's write goes (its scope).
+            key = None if message is None else IngestKey(*route.scope.keeper(request), message)
+            audit_call = CALL.set(Call(trigger, source, caller.requester, key))
             reply = await self._execute(route, request)
             if route.timed:
                 elapsed = round((time.perf_counter() - started) * 1000, 3)

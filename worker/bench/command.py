@@ -119,7 +119,7 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
         "request_info_parse_us": request_info_parse_us(),
     }
     floor_client = BenchClient(nc)  # the echo's subject has no prefix
-    echo = [(await floor_client.timed("bench.echo", {"x": 1}))[0] for _ in range(args.echo)]
+    echo = [(await floor_client.timed_at("bench.echo", {"x": 1}))[0] for _ in range(args.echo)]
     floor = percentiles(echo)
     results["echo"] = floor
     results["rss_before_mb"] = rss_mb(worker_pid)
@@ -128,7 +128,7 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
     payloads = [{"agentId": AGENT, "content": corpus.text(8, 40)} for _ in range(args.memories)]
     started = time.perf_counter()
     _, latencies, seconds = await client.many(
-        "memory.store", payloads, concurrency=args.concurrency
+        "memory::store", payloads, concurrency=args.concurrency
     )
     results["store"] = {**percentiles(latencies), "per_second": round(len(payloads) / seconds)}
     if args.embedder != "none":
@@ -139,17 +139,17 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
         results["store"]["embedded_per_second"] = round(len(payloads) / embedded_s)
 
     queries = [{"agentId": AGENT, "query": corpus.text(3, 6)} for _ in range(args.recalls)]
-    first_ms, _ = await client.timed("memory.recall", queries[0])
+    first_ms, _ = await client.timed("memory::recall", queries[0])
     results["first_recall_ms"] = round(first_ms, 3)
-    sequential = [(await client.timed("memory.recall", q))[0] for q in queries]
+    sequential = [(await client.timed("memory::recall", q))[0] for q in queries]
     results["recall"] = percentiles(sequential)
     # The same queries as memory::context, which an agent framework calls: recall plus rendering.
     results["context"] = percentiles(
-        [(await client.timed("memory.context", q))[0] for q in queries]
+        [(await client.timed("memory::context", q))[0] for q in queries]
     )
     if args.embedder == "builtin":
         results["query_embed"] = query_embed_percentiles([q["query"] for q in queries])
-    _, _, seconds = await client.many("memory.recall", queries * 4, concurrency=16)
+    _, _, seconds = await client.many("memory::recall", queries * 4, concurrency=16)
     results["recall"]["per_second_16_in_flight"] = round(len(queries) * 4 / seconds)
     results["recall_while_storing"] = await _mixed(client, corpus, queries, args.concurrency)
     if args.embedder != "none":
@@ -196,12 +196,12 @@ async def _mixed(
 ) -> dict[str, float]:
     """Sequential recalls while stores keep arriving: the index must stay cheap to update."""
     writes = [{"agentId": AGENT, "content": corpus.text(8, 40)} for _ in range(len(queries) * 8)]
-    storing = asyncio.create_task(client.many("memory.store", writes, concurrency=concurrency))
+    storing = asyncio.create_task(client.many("memory::store", writes, concurrency=concurrency))
     latencies = []
     for query in queries:
         if storing.done():
             break
-        latencies.append((await client.timed("memory.recall", query))[0])
+        latencies.append((await client.timed("memory::recall", query))[0])
     await storing
     return {**percentiles(latencies), "recalls": len(latencies)}
 
@@ -209,7 +209,7 @@ async def _mixed(
 def query_embed_percentiles(queries: list[str]) -> dict[str, float]:
     """The builtin model's time for one query, in this process while the worker is idle: the
     part of a recall's latency that is the model's, for the target 'embedding time + 5 ms'."""
-    from worker.app import builtin_model
+    from worker.embedders.configured import builtin_model
 
     model = builtin_model(os.environ.get("MEMORY_WORKER_BUILTIN_MODEL", "minilm"))
     model.embed_queries(queries[:1])

@@ -74,7 +74,7 @@ async def measure_locomo(
         agent = f"locomo-{conversation}"
         started = time.perf_counter()
         stored, _, seconds = await client.many(
-            "memory.store",
+            "memory::store",
             [{"agentId": agent, "content": c, "timestamp": t} for _, c, t in turns(sample)],
             concurrency=concurrency,
         )

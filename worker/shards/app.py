@@ -27,6 +27,7 @@ from scheduler.jobs import Schedule, default_jobs
 from worker.bus import MemoryService, connect
 from worker.config import Config
 from worker.dispatch import Dispatcher
+from worker.embedders.configured import make_embedder
 from worker.embedders.hashing import HashingModel
 from worker.ingest import Ingest
 from worker.metrics import MetricsServer
@@ -34,13 +35,14 @@ from worker.readers import Readers
 from worker.recall_index.backfill import Backfill
 from worker.recall_index.index import MemoryIndex
 from worker.registry import ROUTES, all_writes
+from worker.route import Route
 from worker.services import Services, wall_clock_ms
 from worker.shards.cron import partition_scheduler
 from worker.shards.fanout import OwnedReads
 from worker.shards.lease import Leases, open_bucket, preference
 from worker.shards.log import PartitionLog, ShardSetupError
 from worker.shards.node import PartitionNode
-from worker.shards.router import Router, serve_partition
+from worker.shards.router import Router, by_verb, serve_partition
 from worker.shards.snapshot import Snapshots, open_store, snapshot_forever
 from worker.telemetry import Telemetry
 from worker.tenancy import Grants, load_grants
@@ -84,8 +86,10 @@ async def _patiently(step: Callable[[], Awaitable[T]]) -> T:
 
 
 class ShardApp:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, routes: tuple[Route[Any, Any], ...] = ROUTES) -> None:
+        """`routes`: the trigger table it serves and replays (worker/registry.py)."""
         self.config = config
+        self.routes = routes
         self.name = config.shard_name or socket.gethostname()
         self.telemetry = Telemetry()
         self.nodes: dict[int, PartitionNode] = {}
@@ -101,7 +105,8 @@ class ShardApp:
         self.snapshots: Snapshots | None = None
         self._snapshotter: asyncio.Task[None] | None = None
         self._embedder: Any = None
-        self._replayer = Replayer(all_writes())
+        self._replayer = Replayer(all_writes(routes))
+        self._by_verb = by_verb(routes)
         self._serving: set[asyncio.Task[None]] = set()
         self._crons: dict[int, asyncio.Task[None]] = {}
         self.schedule = Schedule(
@@ -124,8 +129,6 @@ class ShardApp:
         self.connection_lost.set()
 
     async def start(self) -> None:
-        from worker.app import make_embedder
-
         config = self.config
         self.nc = nc = await connect(config.nats_url, config, on_closed=self._nats_closed)
         js = nc.jetstream()
@@ -151,9 +154,11 @@ class ShardApp:
             self._superseded,
             wait_for_owner=2 * config.lease_ttl,
         )
-        self.dispatcher = dispatcher = Dispatcher(front, ROUTES, self.telemetry, executor=router)
+        self.dispatcher = dispatcher = Dispatcher(
+            front, self.routes, self.telemetry, executor=router
+        )
         self._service = MemoryService(nc, dispatcher, "")
-        await self._service.start(ROUTES, self.telemetry.health.metadata)
+        await self._service.start(self.routes, self.telemetry.health.metadata)
         if config.ingest:  # durable ingestion, routed like a request
             self._ingest = Ingest(nc, dispatcher, tenancy=config.tenancy, replicas=config.replicas)
             await _patiently(self._ingest.start)
@@ -263,7 +268,9 @@ class ShardApp:
 
         async def accept(msg: Any) -> None:
             task = asyncio.create_task(
-                serve_partition(self.nc, node, msg, lambda: self._superseded(partition))
+                serve_partition(
+                    self.nc, node, msg, lambda: self._superseded(partition), self._by_verb
+                )
             )
             self._serving.add(task)
             task.add_done_callback(self._serving.discard)
