@@ -285,11 +285,16 @@ class ShardApp:
         log.info("shard.owns", shard=self.name, partition=partition, replayed=replayed,
                  applied=node.applied)  # fmt: skip
 
-    def _superseded(self, partition: int) -> None:
-        """Another shard wrote to the partition: stop serving it at once."""
-        asyncio.get_running_loop().create_task(self._demote(partition, "superseded"))
+    def _superseded(self, partition: int) -> asyncio.Task[None]:
+        """Another shard wrote to the partition: stop serving it at once. The router awaits the
+        returned step-down before it forwards the refused request, so that the request cannot
+        reach this shard's own subscription while it drains (where it would be dropped, and its
+        caller wait out the forward timeout)."""
+        demote = self._demote(partition, "superseded")
+        stepping_down = asyncio.get_running_loop().create_task(demote)
         if self.leases is not None:
             self.leases.held.pop(partition, None)
+        return stepping_down
 
     def _start_backfill(self, node: PartitionNode) -> None:
         """The owner gives vectors to memories stored without one (logged like any write)."""

@@ -15,7 +15,7 @@ answers 503.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -49,7 +49,7 @@ class Router:
         nc: Any,
         partitions: int,
         owned: Callable[[int], PartitionNode | None],
-        on_superseded: Callable[[int], None],
+        on_superseded: Callable[[int], Awaitable[Any]],
         *,
         wait_for_owner: float,
         timeout: float = 30.0,
@@ -106,7 +106,7 @@ class Router:
                 return await execute(node.services, route, request)
             except (Superseded, NotOwner) as error:
                 log.info("shard.write_refused", partition=partition, error=str(error))
-                self.on_superseded(partition)  # then ask whoever owns it now
+                await self.on_superseded(partition)  # stepped down: ask whoever owns it now
         return await self._forward(partition, token, route, request)
 
     async def _forward(
@@ -150,7 +150,7 @@ async def serve_partition(
     nc: Any,
     node: PartitionNode,
     msg: Any,
-    on_superseded: Callable[[], None],
+    on_superseded: Callable[[], object],
     routes: dict[str, Route[Any, Any]],
 ) -> None:
     """Answer one request forwarded to a partition this shard owns; `routes`: by verb."""
