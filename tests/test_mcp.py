@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent, TextResourceContents
@@ -143,7 +144,7 @@ async def test_a_refused_argument_is_one_line_naming_the_field_without_pydantic_
 ) -> None:
     """What the tools' schema refuses reads as one line per call, naming each field as a path,
     with none of the validation library's type codes, echoed input or links."""
-    cases = [
+    cases: list[tuple[str, dict[str, Any], str]] = [
         ("memory_search", {}, "invalid argument: `query` is required"),
         ("memory_search", {"query": "x", "limit": 50}, "invalid argument: `limit`: input should"),
         ("memory_save", {"content": "x", "importance": 2}, "invalid argument: `importance`: "),
