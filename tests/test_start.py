@@ -174,9 +174,10 @@ def test_scripts_start_prints_the_ready_word_only_once_the_worker_serves(
         assert started.process.poll() is None, started.lines
         assert time.monotonic() < deadline, started.lines
         time.sleep(0.05)  # polls the reader thread's lines; the event is the line itself
-    first = next(i for i, line in enumerate(started.lines) if word in line)
-    assert first > 0, "scripts/start says nothing before the worker's own lines"
-    assert json.loads(started.lines[first])["event"] == word
+    line = next(line for line in started.lines if word in line)
+    assert line.startswith("{") and json.loads(line)["event"] == word, (
+        f"the first line holding {word!r} is not the worker's own: {line!r}"
+    )
     assert check(port) == 0
 
 
