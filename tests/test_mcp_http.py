@@ -1,4 +1,4 @@
-"""`memory-worker mcp --http` behind bearer tokens (contract section 18), over real HTTP to a real
+"""`memory-worker mcp --http` behind bearer tokens (docs/tenants.md), over real HTTP to a real
 server process and a live worker: who gets in, which agents a token may act for, how many
 sessions it may hold, and the starts that are refused."""
 

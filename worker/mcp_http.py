@@ -1,7 +1,7 @@
 """MCP over streamable HTTP behind bearer tokens (`memory-worker mcp --http PORT`).
 
-Agents' memories hold what users told them, so this door is as tight as the bus (contract
-section 18). With `MEMORY_WORKER_MCP_TOKENS` (worker/tokens.py) every HTTP request passes,
+Agents' memories hold what users told them, so this door is as tight as the bus
+(docs/tenants.md). With `MEMORY_WORKER_MCP_TOKENS` (worker/tokens.py) every HTTP request passes,
 outermost first:
 
 1. the SDK's bearer check (`BearerAuthBackend` over our `TokenVerifier`, then
