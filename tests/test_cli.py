@@ -49,6 +49,19 @@ async def test_fire_prints_the_reply_as_one_json_line(nats_url: str, worker: App
     assert json.loads(line)["stored"] is True
 
 
+async def test_fire_takes_the_subject_form_of_a_trigger(nats_url: str, worker: App) -> None:
+    """`memory.store` and `memory.kg.add`, as the subjects read on the bus, fire those
+    triggers."""
+    stored = '{"agentId": "a", "content": "fired by its subject"}'
+    done = await asyncio.to_thread(cli, "fire", "memory.store", stored, "--nats-url", nats_url)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stored"] is True
+    entity = '{"agentId": "a", "entity": {"id": "alice"}}'
+    done = await asyncio.to_thread(cli, "fire", "memory.kg.add", entity, "--nats-url", nats_url)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"stored": True, "id": "alice", "relationsAdded": 0}
+
+
 async def test_fire_reads_stdin_and_uses_the_environment_url(nats_url: str, worker: App) -> None:
     done = await asyncio.to_thread(
         cli, "fire", "memory::evict", "-", env={"MEMORY_WORKER_NATS_URL": nats_url},

@@ -52,12 +52,15 @@ def _client(commands: Any, name: str, help: str, timeout: float) -> argparse.Arg
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="memory-worker", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"memory-worker {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the worker until SIGTERM or SIGINT")
     run.add_argument("--nats-url", help="NATS server to serve on (default: embedded server)")
     run.add_argument("--db", dest="db_path", help="SQLite file (default ./data/memory.db)")
     fire = _client(commands, "fire", "send one trigger and print the reply as JSON", 30.0)
-    fire.add_argument("trigger", help="trigger name, e.g. memory::evict")
+    fire.add_argument(
+        "trigger", help="trigger name, e.g. memory::evict, or its subject, e.g. memory.evict"
+    )
     fire.add_argument("payload", nargs="?", default="{}", help="JSON request, or - for stdin")
     stats = _client(commands, "stats", "ask a running worker what it has done and holds", 10.0)
     stats.add_argument("--json", action="store_true", help="the memory::stats reply as JSON")
@@ -146,6 +149,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     split.add_argument("--nats-url", help="NATS server (default: MEMORY_WORKER_NATS_URL)")
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml), as pip and bug reports name it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("memory-worker")
+    except PackageNotFoundError:  # run from a tree that was never installed
+        return "unknown (not installed)"
 
 
 def _count(text: str) -> int:

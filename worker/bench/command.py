@@ -392,22 +392,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state",
         action="store_true",
-        help="only section 14: kv set/get p50, claims/s with 32 claimers, usage query p50",
+        help="only the state beside memories: kv set/get p50, claims/s with 32 claimers, "
+        "usage query p50",
     )
     parser.add_argument("--workers", type=int, default=2, help="with --state: workers on one file")
     parser.add_argument(
         "--usage-records", type=int, default=1_000_000, help="with --state: usage rows queried"
     )
-    parser.add_argument("--locomo", help="a LoCoMo-format JSON file (../shared/bench/)")
+    parser.add_argument(
+        "--locomo",
+        metavar="PATH",
+        help="a LoCoMo-format JSON file: the LoCoMo benchmark's data/locomo10.json "
+        "(github.com/snap-research/LoCoMo) or some of its conversations; retrieval quality on it",
+    )
     parser.add_argument(
         "--sanitize",
         action="store_true",
-        help="only the sanitiser: false positives on LoCoMo (--locomo, or the dev split in "
-        "../shared/bench/), cost per turn, worst adversarial input",
+        help="only the sanitiser: false positives on the --locomo file's turns, cost per turn, "
+        "worst adversarial input",
     )
     parser.add_argument(
         "--merge", nargs="?", const="", metavar="PATH",
-        help="only consolidate's mergeThreshold: merges on LoCoMo (the dev split by default)",
+        help="only consolidate's mergeThreshold: merges on a LoCoMo-format file (as --locomo)",
     )  # fmt: skip
     parser.add_argument(
         "--sanitize-kib", type=int, default=512, help="size of each adversarial input, KiB"
@@ -417,17 +423,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sharded",
         action="store_true",
-        help="only section 16: 1, 2, 3 shards on a loopback 3-node cluster, failover, log cost",
+        help="only sharded mode: 1, 2, 3 shards on a loopback 3-node cluster, failover, log cost",
     )
     parser.add_argument(
         "--scale",
-        help="only issue 21: one agent of each of these sizes (e.g. 100000,300000,1000000) "
+        help="only large agents: one agent of each of these sizes (e.g. 100000,300000,1000000) "
         "written straight into a file; recall with keywords and with vectors, restarts, RSS",
     )
     parser.add_argument(
         "--vector-index",
-        help="only the vector index on LoCoMo (--locomo, or the dev split in ../shared/bench/) "
-        "with the builtin model: exact, then codes with each of these shortlists (e.g. 50,1000)",
+        help="only the vector index on the --locomo file with the builtin model: exact, then "
+        "codes with each of these shortlists (e.g. 50,1000)",
     )
     index_memory.add_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")

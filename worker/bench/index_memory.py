@@ -142,8 +142,8 @@ def _free_port() -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--index-memory", type=int, metavar="N",
-        help="only issue 31: N agents of one memory with vectors, budget --budget MB; RSS "
-        "after loading them, after the index saver, idle (medians of --runs)",
+        help="only the index's memory budget: N agents of one memory with vectors, budget "
+        "--budget MB; RSS after loading them, after the index saver, idle (medians of --runs)",
     )  # fmt: skip
     parser.add_argument("--budget", type=int, default=512, help="with --index-memory: MB")
     parser.add_argument("--runs", type=int, default=3, help="with --index-memory")
