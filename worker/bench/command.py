@@ -25,6 +25,7 @@ import nats
 from worker.bench.client import BenchClient, percentiles
 from worker.bench.corpus import Corpus
 from worker.bench.evict import eviction_rows, measure_eviction
+from worker.bench.fairness import add_fairness_arguments, fairness_rows, run_fairness
 from worker.bench.filtered import filtered_rows, measure_filtered
 from worker.bench.locomo import measure_locomo
 from worker.bench.mcp_trip import mcp_rows, measure_mcp_round_trip
@@ -428,6 +429,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only the vector index on LoCoMo (--locomo, or the dev split in ../shared/bench/) "
         "with the builtin model: exact, then codes with each of these shortlists (e.g. 50,1000)",
     )
+    add_fairness_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
 
 
@@ -447,6 +449,10 @@ def main(args: argparse.Namespace) -> int:
             raise SystemExit("bench --vector-index: no LoCoMo file; give one with --locomo")
         quality = asyncio.run(measure_vector_index(locomo, shortlists))
         print(json.dumps(quality) if args.json else _rows(vector_index_rows(quality)))
+        return 0
+    if args.fairness:
+        fairness = run_fairness(args)
+        print(json.dumps(fairness) if args.json else _rows(fairness_rows(fairness)))
         return 0
     if args.scale:
         scale = asyncio.run(run_scale(args))
