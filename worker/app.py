@@ -54,12 +54,13 @@ DRAIN_SECONDS = 8.0
 SWITCH_INTERVAL_S = 0.0005
 
 
-def make_embedder(config: Config, nc: Any) -> Embedder:
+def make_embedder(config: Config, nc: Any, gate: RecallsFirst | None = None) -> Embedder:
+    """`gate`: the recalls-first gate the builtin model's stored texts yield to."""
     if config.embedder == "none":
         return NoEmbedder()
     if config.embedder == "bus":
         return BusEmbedder(nc, timeout=config.embed_timeout)
-    return BatchingEmbedder(builtin_model(config.builtin_model))
+    return BatchingEmbedder(builtin_model(config.builtin_model), gate)
 
 
 def index_dir(db_path: Path, config: Config) -> Path | None:
@@ -157,7 +158,7 @@ class App:
             index.attach(conn)
         except apsw.Error as error:
             raise unusable(db_path, error) from None
-        recalls_first = RecallsFirst()
+        recalls_first = RecallsFirst(config.recalls_first_ms)
         self._writer = writer = Writer(
             conn, after_commit=index.after_commit, before_batch=recalls_first.wait_in_thread
         )
@@ -175,7 +176,7 @@ class App:
             writer=writer,
             readers=readers,
             index=index,
-            embedder=make_embedder(config, nc),
+            embedder=make_embedder(config, nc, recalls_first),
             nc=nc,
             keyword_mode=config.keyword,
             telemetry=telemetry,
