@@ -212,9 +212,7 @@ class Dispatcher:
     def turn_key(self, caller: Caller, agent: str | None) -> str:
         """Whose turn a request takes (worker/turns.py): its tenant (the empty key for the
         worker's own account and the scheduler); with tenancy off, its agent."""
-        if self.services.config.tenancy == "none":
-            return f"agent {agent}" if agent else ""
-        return caller.tenant or ""
+        return turn_of(self.services.config.tenancy, caller.tenant, agent)
 
     async def _take_turn(self, route: Route, request: Any, key: str) -> Any:
         """Execute once it is the key's turn; its work in the reader threads' and the model's
@@ -248,6 +246,13 @@ class Dispatcher:
     ) -> None:
         code = None if error is None else error.code
         self.telemetry.count(trigger, duration_ms, code, tenant)
+
+
+def turn_of(tenancy: str, tenant: str | None, agent: str | None) -> str:
+    """The key of a request's turns: its tenant under tenancy, else its agent ("" for none)."""
+    if tenancy == "none":
+        return f"agent {agent}" if agent else ""
+    return tenant or ""
 
 
 def _queue_full(running: int, queue: int, turn: str) -> str:

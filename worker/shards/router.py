@@ -24,13 +24,14 @@ from schema.base import tenant_of
 from schema.errors import Unavailable, WorkerError, error_reply
 from worker.audit import CALL
 from worker.client_errors import refusal
-from worker.dispatch import execute
+from worker.dispatch import execute, turn_of
 from worker.outgoing import ERROR_CODE, ERROR_TEXT
 from worker.registry import ROUTES, Route
 from worker.shards.fanout import ALL_AUDIT, added_up, audit_pages, usage_added_up
 from worker.shards.log import Superseded
 from worker.shards.node import NotOwner, PartitionNode
 from worker.shards.partition import agent_token, partition_of_token
+from worker.turns import TURN
 
 log = structlog.get_logger()
 # What runs on every partition when no agent is named (SCALE.md "Across agents").
@@ -180,9 +181,19 @@ async def serve_partition(
             raise Unavailable(f"partition {node.partition} is not owned here any more")
         request = msgspec.json.decode(msg.data, type=route.request_type)
         token = CALL.set(Call(route.trigger, headers.get(SOURCE, "bus"), headers.get(REQUESTER)))
+        # The front took the request's turn; here its reads and its query take the tenant's.
+        agent = getattr(request, "agent_id", None)
+        turn = TURN.set(
+            turn_of(
+                node.services.config.tenancy,
+                tenant_of(request),
+                agent if isinstance(agent, str) else None,
+            )
+        )
         try:
             reply = await execute(node.services, route, request)
         finally:
+            TURN.reset(turn)
             CALL.reset(token)
         await nc.publish(msg.reply, encoder.encode(reply))
     except WorkerError as error:
