@@ -109,14 +109,24 @@ class BatchingEmbedder:
         with self._gate.recalling():
             yield
 
-    def _passages_after_recalls(self, texts: list[str]) -> Vector:
-        """On a stored texts' lane: one model call per text, each after the recalls in
-        progress (or MAX_YIELD_S, or until the gate's budget for the second is spent)."""
+    def _passage_after_recalls(self, text: str) -> Vector:
+        """On a stored texts' lane: one text, after the recalls in progress (or MAX_YIELD_S,
+        or until the gate's budget for the second is spent)."""
+        if not self._shared:  # on a single lane the recall's own query waits behind us
+            self._gate.wait_in_thread(MAX_YIELD_S)
+        return self.model.embed_passages([text])
+
+    async def _embedded(self, lane: bool, query: bool, texts: list[str]) -> Vector:
+        """A batch's rows: queries in one model call; stored texts one call each, each on a
+        thread of full priority once the second's recalls-first budget is spent (chosen text
+        by text: a niced thread under load may take most of a second over one)."""
+        loop = asyncio.get_running_loop()
+        if query:
+            return await loop.run_in_executor(self._pools[lane], self.model.embed_queries, texts)
         rows = []
         for text in texts:
-            if not self._shared:  # on a single lane the recall's own query waits behind us
-                self._gate.wait_in_thread(MAX_YIELD_S)
-            rows.append(self.model.embed_passages([text]))
+            pool = self._due if not self._shared and self._gate.spent() else self._pools[lane]
+            rows.append(await loop.run_in_executor(pool, self._passage_after_recalls, text))
         return np.concatenate(rows)
 
     async def embed(self, texts: list[str], *, query: bool) -> list[Vector | None]:
@@ -190,18 +200,12 @@ class BatchingEmbedder:
                 await self._run(lane, query, part)
 
     async def _run(self, lane: bool, query: bool, part: Waiting) -> None:
-        """One batch on the lane's threads: stored texts whose second's recalls-first budget is
-        spent on threads of full priority."""
-        embed = self.model.embed_queries if query else self._passages_after_recalls
-        pool = self._pools[lane]
-        if not query and not self._shared and self._gate.spent():
-            pool = self._due
+        """One batch on the lane's threads; its callers get their rows (None if it failed)."""
         keys = [key for _, _, key in part] if query else []
         self._in_progress.update(keys)
         self._running += len(part)
         try:
-            texts = [text for text, _, _ in part]
-            matrix = await asyncio.get_running_loop().run_in_executor(pool, embed, texts)
+            matrix = await self._embedded(lane, query, [text for text, _, _ in part])
             for (_, future, _), row in zip(part, matrix, strict=True):
                 if not future.done():
                     future.set_result(row)
