@@ -2,9 +2,9 @@
 
 A nats-server with accounts (MEMORY for the worker, TEAM_A and TEAM_B importing the triggers
 with `share: true`, as deploy/nats/nats-server.conf does) and a worker with
-MEMORY_WORKER_TENANCY=account. TEAM_B's probe alternates a 3-word recall and a store, one at a
-time; the backfill fills a backlog of memories stored without their vector. Both are measured
-quiet, then while TEAM_A keeps `--flood` recalls of `--query-kib` KiB queries in flight (a
+MEMORY_WORKER_TENANCY=account. The backfill fills a backlog of memories stored without their
+vector, measured alone, then while TEAM_B's probe alternates a 3-word recall and a store, one at
+a time. All of it is measured quiet, then while TEAM_A keeps `--flood` recalls of `--query-kib` KiB queries in flight (a
 process of its own, worker/bench/flood.py). A NATS echo through the same import is the floor,
 timed in the same run: on a shared machine the ratios are the figures to compare.
 """
@@ -193,8 +193,17 @@ async def probe(carol: BenchClient, corpus: Corpus, seconds: float) -> dict[str,
 async def phase(
     carol: BenchClient, operator: BenchClient, corpus: Corpus, seconds: float, embedding: bool
 ) -> dict[str, Any]:
-    """The probe's figures and the backfill's vectors a second over the same time (None
-    without an embedder)."""
+    """The backfill's vectors a second, alone for half of `seconds` (None without an
+    embedder), then over the probe's `seconds` while TEAM_B's requests are answered too."""
+    rates = {}
+    if embedding:
+        missing = await missing_vectors(operator)
+        started = time.monotonic()
+        await asyncio.sleep(seconds / 2)
+        left = await missing_vectors(operator)
+        rates["backfill_alone_per_second"] = round(
+            (missing - left) / (time.monotonic() - started), 1
+        )
     missing = await missing_vectors(operator)
     started = time.monotonic()
     found = await probe(carol, corpus, seconds)
@@ -202,6 +211,7 @@ async def phase(
     left = await missing_vectors(operator)
     found["backfill_per_second"] = round((missing - left) / elapsed, 1) if embedding else None
     found["backlog_left"] = left
+    found |= rates
     echo = [(await carol.timed("bench.echo", {"x": 1}))[0] for _ in range(50)]
     found["echo_after"] = percentiles(echo)
     return found
@@ -285,7 +295,7 @@ def add_fairness_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--query-kib", type=int, default=16, help="with --fairness: query size")
     parser.add_argument("--seconds", type=float, default=20.0, help="with --fairness: per phase")
     parser.add_argument("--settle", type=float, default=3.0, help="with --fairness: flood first")
-    parser.add_argument("--backlog", type=int, default=8000, help="with --fairness: no vector")
+    parser.add_argument("--backlog", type=int, default=10000, help="with --fairness: no vector")
     parser.add_argument(
         "--fair-memories", type=int, default=1000, help="with --fairness: per probed agent"
     )
@@ -312,7 +322,8 @@ def fairness_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
                 f"{label}: TEAM_B rounds (recall + store), timed out",
                 f"{found['rounds']}, {found['timeouts']}",
             ),
-            (f"{label}: backfill vectors a second", found["backfill_per_second"]),
+            (f"{label}: backfill vectors a second, alone", found.get("backfill_alone_per_second")),
+            (f"{label}: backfill vectors a second, beside TEAM_B", found["backfill_per_second"]),
             (f"{label}: echo p50 ms after the probe", found["echo_after"]["p50_ms"]),
         ]
     rows.append(("the flood: answered / 503 / other / timeouts", _counts(results)))
