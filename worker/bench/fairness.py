@@ -4,9 +4,10 @@ A nats-server with accounts (MEMORY for the worker, TEAM_A and TEAM_B importing 
 with `share: true`, as deploy/nats/nats-server.conf does) and a worker with
 MEMORY_WORKER_TENANCY=account. The backfill fills a backlog of memories stored without their
 vector, measured alone, then while TEAM_B's probe alternates a 3-word recall and a store, one at
-a time. All of it is measured quiet, then while TEAM_A keeps `--flood` recalls of `--query-kib` KiB queries in flight (a
-process of its own, worker/bench/flood.py). A NATS echo through the same import is the floor,
-timed in the same run: on a shared machine the ratios are the figures to compare.
+a time. All of it is measured quiet, then while TEAM_A keeps `--flood` recalls of `--query-kib`
+KiB queries in flight (a process of its own, worker/bench/flood.py). A NATS echo through the
+same import is the floor, timed in the same run: on a shared machine the ratios are the figures
+to compare.
 """
 
 from __future__ import annotations
