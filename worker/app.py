@@ -147,7 +147,7 @@ class App:
             index.attach(conn)
         except apsw.Error as error:
             raise unusable(db_path, error) from None
-        recalls_first = RecallsFirst()
+        recalls_first = RecallsFirst(config.recalls_first_ms)
         self._writer = writer = Writer(
             conn, after_commit=index.after_commit, before_batch=recalls_first.wait_in_thread
         )
@@ -164,7 +164,7 @@ class App:
             writer=writer,
             readers=readers,
             index=index,
-            embedder=make_embedder(config, nc),
+            embedder=make_embedder(config, nc, recalls_first),
             nc=nc,
             keyword_mode=config.keyword,
             telemetry=telemetry,

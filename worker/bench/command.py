@@ -26,6 +26,7 @@ from worker.bench import index_memory
 from worker.bench.client import BenchClient, percentiles
 from worker.bench.corpus import Corpus
 from worker.bench.evict import eviction_rows, measure_eviction
+from worker.bench.fairness import add_fairness_arguments, fairness_rows, run_fairness
 from worker.bench.filtered import filtered_rows, measure_filtered
 from worker.bench.locomo import measure_locomo
 from worker.bench.mcp_trip import mcp_rows, measure_mcp_round_trip
@@ -436,6 +437,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "codes with each of these shortlists (e.g. 50,1000)",
     )
     index_memory.add_arguments(parser)
+    add_fairness_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
 
 
@@ -461,6 +463,10 @@ def main(args: argparse.Namespace) -> int:
             index_memory.measure(args.index_memory, args.budget, runs=args.runs, idle_s=args.idle)
         )
         print(json.dumps(found) if args.json else _rows(index_memory.rows(found)))
+        return 0
+    if args.fairness:
+        fairness = run_fairness(args)
+        print(json.dumps(fairness) if args.json else _rows(fairness_rows(fairness)))
         return 0
     if args.scale:
         scale = asyncio.run(run_scale(args))

@@ -12,16 +12,18 @@ from worker.embedders import Embedder, NoEmbedder
 from worker.embedders.bus import BusEmbedder
 from worker.embedders.hashing import HashingModel
 from worker.embedders.local import BatchingEmbedder, LocalModel
+from worker.recalls_first import RecallsFirst
 
 log = structlog.get_logger()
 
 
-def make_embedder(config: Config, nc: Any) -> Embedder:
+def make_embedder(config: Config, nc: Any, gate: RecallsFirst | None = None) -> Embedder:
+    """`gate`: the recalls-first gate the builtin model's stored texts yield to."""
     if config.embedder == "none":
         return NoEmbedder()
     if config.embedder == "bus":
         return BusEmbedder(nc, timeout=config.embed_timeout)
-    return BatchingEmbedder(builtin_model(config.builtin_model))
+    return BatchingEmbedder(builtin_model(config.builtin_model), gate)
 
 
 def builtin_model(name: str) -> LocalModel:

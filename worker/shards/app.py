@@ -34,6 +34,7 @@ from worker.metrics import MetricsServer
 from worker.readers import Readers
 from worker.recall_index.backfill import Backfill
 from worker.recall_index.index import MemoryIndex
+from worker.recalls_first import RecallsFirst
 from worker.registry import ROUTES, all_writes
 from worker.route import Route
 from worker.services import Services, wall_clock_ms
@@ -105,6 +106,8 @@ class ShardApp:
         self.snapshots: Snapshots | None = None
         self._snapshotter: asyncio.Task[None] | None = None
         self._embedder: Any = None
+        # One gate for the shard: its budget is of the shard's seconds, whatever the partitions.
+        self._recalls_first = RecallsFirst(config.recalls_first_ms)
         self._replayer = Replayer(all_writes(routes))
         self._by_verb = by_verb(routes)
         self._serving: set[asyncio.Task[None]] = set()
@@ -145,7 +148,7 @@ class ShardApp:
         self.leases = Leases(kv, self.name, config.lease_ttl)
         store = await _patiently(lambda: open_store(js, config.replicas))
         self.snapshots = Snapshots(js, store, config.partitions)
-        self._embedder = make_embedder(config, nc)
+        self._embedder = make_embedder(config, nc, self._recalls_first)
         front = Front(config, load_grants(config), self.telemetry)
         router = Router(
             nc,
@@ -186,6 +189,7 @@ class ShardApp:
             nc=self.nc,
             keyword_mode=self.config.keyword,
             telemetry=self.telemetry,
+            recalls_first=self._recalls_first,
         )
 
     async def _balance_forever(self) -> None:

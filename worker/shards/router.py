@@ -24,16 +24,18 @@ import structlog
 
 from handlers.audit import Call
 from handlers.ingested import Delivery, IngestKey
+from schema.base import tenant_of
 from schema.errors import Unavailable, WorkerError, error_reply
 from worker.audit import CALL
 from worker.client_errors import refusal
-from worker.dispatch import execute
+from worker.dispatch import execute, turn_of
 from worker.outgoing import ERROR_CODE, ERROR_TEXT
 from worker.payload import reply_budget, too_large
 from worker.route import Route
 from worker.shards.log import Superseded
 from worker.shards.node import NotOwner, PartitionNode
 from worker.shards.partition import agent_token, partition_of_token
+from worker.turns import TURN
 
 log = structlog.get_logger()
 ALL_AGENTS = "_"  # the token of a fanned-out request's subject
@@ -172,9 +174,19 @@ async def serve_partition(
         token = CALL.set(
             Call(route.trigger, headers.get(SOURCE, "bus"), headers.get(REQUESTER), key)
         )
+        # The front took the request's turn; here its reads and its query take the tenant's.
+        agent = getattr(request, "agent_id", None)
+        turn = TURN.set(
+            turn_of(
+                node.services.config.tenancy,
+                tenant_of(request),
+                agent if isinstance(agent, str) else None,
+            )
+        )
         try:
             reply = await execute(node.services, route, request)
         finally:
+            TURN.reset(turn)
             CALL.reset(token)
         body = encoder.encode(reply)
         budget = reply_budget(nc)
