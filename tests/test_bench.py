@@ -178,3 +178,21 @@ def test_bench_index_memory_prints_rss_after_loading_after_the_saver_and_idle() 
         assert run[f"rss_{figure}_mb"] > 0
     assert run["without_vector"] == 0
     assert run["agents_loaded"] == 30 and run["snapshots"] == 30
+
+
+def test_bench_fairness_measures_another_tenants_recall_and_store_quiet_and_flooded() -> None:
+    """`--fairness`: over real NATS accounts, TEAM_B's recall and store are timed quiet and
+    while TEAM_A floods, each phase answering every round and the echo floor measured."""
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "bench", "--fairness", "--embedder", "none",
+         "--flood", "20", "--seconds", "1", "--settle", "0.3", "--backlog", "50",
+         "--fair-memories", "20", "--echo", "10", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["flood"] == 20 and results["echo"]["p50_ms"] > 0
+    for phase in ("quiet", "flooded"):
+        assert results[phase]["rounds"] > 0 and results[phase]["timeouts"] == 0
+        assert 0 < results[phase]["recall"]["p50_ms"] <= results[phase]["recall"]["p99_ms"]
+        assert results[phase]["store"]["p50_ms"] > 0

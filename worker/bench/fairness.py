@@ -159,11 +159,11 @@ async def until_answered(url: str, subject: str, timeout: float = 120.0) -> None
 
 async def store_all(client: BenchClient, agent: str, count: int, corpus: Corpus) -> None:
     payloads = [{"agentId": agent, "content": corpus.text(8, 40)} for _ in range(count)]
-    await client.many("memory.store", payloads, concurrency=64)
+    await client.many("memory::store", payloads, concurrency=64)
 
 
 async def missing_vectors(operator: BenchClient) -> int:
-    _, stats = await operator.timed("memory.stats", {})
+    _, stats = await operator.timed("memory::stats", {})
     return int(stats["memoriesWithoutVector"])
 
 
@@ -179,7 +179,7 @@ async def probe(carol: BenchClient, corpus: Corpus, seconds: float) -> dict[str,
             ("store", {"agentId": PROBE_AGENT, "content": corpus.text(8, 40)}),
         ):
             try:
-                times[trigger].append((await carol.timed(f"memory.{trigger}", body))[0])
+                times[trigger].append((await carol.timed(f"memory::{trigger}", body))[0])
             except TimeoutError:
                 times[trigger].append(carol.timeout * 1000)
                 timeouts += 1
@@ -213,7 +213,7 @@ async def phase(
     found["backfill_per_second"] = round((missing - left) / elapsed, 1) if embedding else None
     found["backlog_left"] = left
     found |= rates
-    echo = [(await carol.timed("bench.echo", {"x": 1}))[0] for _ in range(50)]
+    echo = [(await carol.timed_at("bench.echo", {"x": 1}))[0] for _ in range(50)]
     found["echo_after"] = percentiles(echo)
     return found
 
@@ -244,9 +244,9 @@ async def measure_fairness(args: Any) -> dict[str, Any]:
             await store_all(carol, BACKLOG_AGENT, args.backlog, corpus)
             stack.stop_worker()
             await stack.start_worker(args.embedder)
-            echo = [(await carol.timed("bench.echo", {"x": 1}))[0] for _ in range(args.echo)]
+            echo = [(await carol.timed_at("bench.echo", {"x": 1}))[0] for _ in range(args.echo)]
             results["echo"] = percentiles(echo)
-            await carol.timed("memory.recall", {"agentId": PROBE_AGENT, "query": "warm up"})
+            await carol.timed("memory::recall", {"agentId": PROBE_AGENT, "query": "warm up"})
             results["quiet"] = await phase(carol, operator, corpus, seconds, embedding)
             flood = stack.spawn(
                 "-m", "worker.bench.flood", user_url(port, "alice"), FLOOD_AGENT, str(lanes),
