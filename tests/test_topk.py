@@ -13,10 +13,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers.recall import KeywordMode, ids_of, keyword_weights, rank, rank_all
+from handlers.recall.block_bounds import BlockBounds
+from handlers.recall.filters import excluded_slots
+from handlers.recall.keywords import KeywordMode, keyword_weights
+from handlers.recall.order import ids_of
+from handlers.recall.rank import rank, rank_all
+from handlers.recall.slots import Dense, member
+from handlers.recall.topk import FAST_FROM, rank_without_vector
 from handlers.text import query_keywords
-from handlers.topk import FAST_FROM, excluded_slots, rank_without_vector
-from handlers.topk_rows import BlockBounds, Dense, member
 from schema.memory import RecallRequest
 from schema.taxonomy import CATEGORIES, SENSITIVITIES
 from worker.recall_index.agent_index import AgentIndex, Row

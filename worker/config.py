@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import msgspec
 from croniter import croniter
 
-from handlers.vector_index import VectorIndexSetting
+from handlers.recall.vector_index import VectorIndexSetting
 from worker.redact import redact
 
 ENV_PREFIX = "MEMORY_WORKER_"

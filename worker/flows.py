@@ -19,13 +19,15 @@ import msgspec
 from msgspec import UNSET
 
 from handlers import context as context_handler
-from handlers import expand
-from handlers import recall as recall_handler
 from handlers.audit import Change
+from handlers.recall import expand
+from handlers.recall import trigger as recall_handler
+from handlers.recall.order import ids_of
+from handlers.recall.rank import rank_rows
+from handlers.recall.vector_index import chosen
 from handlers.session_repair import repair
 from handlers.stats import COUNTED, reply_counts, table_counts
 from handlers.switch import switched_off
-from handlers.vector_index import chosen
 from schema.base import agent_of, tenant_of
 from schema.context import ContextReply, ContextRequest
 from schema.memory import (
@@ -79,7 +81,7 @@ def _recall(
         pinned = recall_handler.pinned_memories(conn, tenant, req.agent_id, req)
     excluded = frozenset(memory.id for memory in pinned or ())
     # Expanded: the formula's ranking, reordered (handlers/expand.py).
-    ranking = expand.expanded_rows if s.config.recall == "expanded" else recall_handler.rank_rows
+    ranking = expand.expanded_rows if s.config.recall == "expanded" else rank_rows
     rows = ranking(
         found.columns,
         req,
@@ -91,7 +93,7 @@ def _recall(
     )
     if not rows:
         return RecallReply(memories=[], pinned=pinned), now
-    ranked = recall_handler.ids_of(found.columns, rows)
+    ranked = ids_of(found.columns, rows)
     counts = found.count_access(
         conn, [(memory_id, slot) for (memory_id, _), (slot, _) in zip(ranked, rows, strict=True)]
     )

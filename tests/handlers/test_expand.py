@@ -8,9 +8,10 @@ from typing import Any
 import apsw
 import pytest
 
-from handlers.expand import Expansion
-from handlers.expand import expanded_rank as expanded_rank_of
-from handlers.recall import Columns, rank
+from handlers.recall.columns import Columns
+from handlers.recall.expand import Expansion
+from handlers.recall.expand import expanded_rank as expanded_rank_of
+from handlers.recall.rank import rank
 from schema.memory import RecallRequest
 from tests.handlers.support import NOW, store
 from tests.handlers.test_stats_recall import columns

@@ -22,11 +22,11 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from handlers.recall import ROLE_CODES, Columns, canonical_json, growth, static_part
+from handlers.recall.block_bounds import BlockBounds
+from handlers.recall.codes import sign_codes, words_for
+from handlers.recall.columns import ROLE_CODES, Columns, canonical_json, growth, static_part
 from handlers.taxonomy import CATEGORY_CODES, SENSITIVITY_CODES, string_list
 from handlers.text import tokens
-from handlers.topk_rows import BlockBounds
-from handlers.vector_index import sign_codes, words_for
 from worker.recall_index.changes import Mark
 from worker.recall_index.lookups import Ids, MetadataLookup, SessionCodes, tag_key
 from worker.recall_index.mapping import FileRows, mapped
