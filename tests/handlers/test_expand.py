@@ -1,5 +1,5 @@
-"""Recall's expanded mode (handlers/expand.py) over an agent's columns with a fixed now: a
-memory next to a strong hit in its conversation is lifted above one that is not."""
+"""Recall's expanded mode (handlers/recall/expand.py) over an agent's columns with a fixed now:
+a memory next to a strong hit in its conversation is lifted above one that is not."""
 
 from __future__ import annotations
 

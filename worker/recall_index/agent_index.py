@@ -101,7 +101,7 @@ class AgentIndex:
         self.live_count = 0
         # The change log position this index is complete through (None: unknown).
         self.complete: Mark | None = None
-        # Sign codes of the vectors (handlers/vector_index.py), kept in step with them when
+        # Sign codes of the vectors (handlers/recall/codes.py), kept in step with them when
         # recall may use them: model -> (words, capacity) uint64, or None when not kept.
         self.codes: dict[str, np.ndarray] | None = {} if codes else None
         # `static` and `growth` in float32 where codes are kept: the codes path estimates every
