@@ -16,7 +16,7 @@ from msgspec import UNSET
 
 from handlers.cursors import decode_cursor, encode_cursor
 from handlers.grants import matches_clause
-from handlers.ingested import Delivery
+from handlers.ingested import IngestKey
 from handlers.paging import fitting_page
 from schema.base import Agent
 from schema.life import AuditEvent, AuditReply, AuditRequest
@@ -32,8 +32,9 @@ class Call:
     trigger: str
     source: str  # "bus" | "schedule" | "ingest" | "cli"
     requester: str | None = None  # `account/user` when the bus names the caller
-    # The ingested message the call's own write belongs to (durable ingestion only).
-    message: Delivery | None = None
+    # The key of the ingested message the call's own write belongs to (durable ingestion only),
+    # under the agent whose partition keeps it.
+    message: IngestKey | None = None
 
 
 @dataclass(frozen=True)

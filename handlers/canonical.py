@@ -1,10 +1,9 @@
 """memory::canonical::*: one conversation per (agent, user) across channels (section 14).
 
 A message appended is stored as a memory of the agent in the session `canonical:<userId>`
-(worker/canonical.py passes it through the store's preparation and apply), and counted in the
-row of `canonical_sessions`, which also keeps the channel of the last message and, once the
-session was compacted, the summary of its older part. These are the row's reads and writes.
-"""
+(worker/triggers/canonical.py passes it through the store's preparation and apply), and counted
+in the row of `canonical_sessions`, which also keeps the channel of the last message and, once
+the session was compacted, the summary of its older part. These are the row's reads and writes."""
 
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
 """memory::context's rendering (contract section 13): memories as lines of reference data for a
 prompt, inside a block that no memory can open or close.
 
-The flow (worker/flows.py) asks recall for the ranking and the pinned memories; this module
-turns them into text. Stored text comes from users, tools and the web, so every line is made
-inert first: line breaks and other control characters become spaces (a memory is one line), and
-any run that reads as three or more `<` or `>` (ASCII, or look-alikes such as U+FF1C, U+2039,
-U+226A, U+00AB, with invisible characters in between) is spaced out as `< < <`, so that only the
-header and footer lines hold `<<<` or `>>>`.
-"""
+The flow (worker/triggers/memory.py) asks recall for the ranking and the pinned memories; this
+module turns them into text. Stored text comes from users, tools and the web, so every line is
+made inert first: line breaks and other control characters become spaces (a memory is one line),
+and any run that reads as three or more `<` or `>` (ASCII, or look-alikes such as U+FF1C,
+U+2039, U+226A, U+00AB, with invisible characters in between) is spaced out as `< < <`, so that
+only the header and footer lines hold `<<<` or `>>>`."""
 
 from __future__ import annotations
 

@@ -247,7 +247,7 @@ def apply_merges(conn: apsw.Connection, groups: Sequence[Group]) -> list[Merged]
 def merged_changes(done: Sequence[Merged]) -> list[Change]:
     """The audit of a chunk: per agent, the memories removed and (for at most MAX_IDS of them)
     which survivor each went into. Ids only, never content. Named memory::consolidate outright:
-    a shard replays the chunk under the write's own name (worker/maintenance.py MERGE)."""
+    a shard replays the chunk under the write's own name (worker/triggers/chunked.py MERGE)."""
     by_agent: dict[Agent, dict[str, str]] = {}
     for merged in done:
         into = by_agent.setdefault((merged.tenant, merged.agent_id), {})

@@ -47,7 +47,7 @@ class Recorded:
 
 
 def decide_record(req: UsageRecordRequest, *, now: int, record_id: str | None = None) -> Recorded:
-    """`record_id`: the id a write's decision chose (worker/state.py), else a fresh one."""
+    """`record_id`: the id a write's decision chose (worker/triggers/usage.py), else a fresh one."""
     timestamp = now if req.timestamp is UNSET else req.timestamp
     return Recorded(
         agent_of(req), record_id or uuid.uuid4().hex, req.model, req.prompt_tokens,

@@ -74,13 +74,20 @@ def nats_url(tmp_path: Path) -> Iterator[str]:
     stop_nats(process)
 
 
+# The contract's formula to the digit: keyword share, and its exact top-k. Only tests that
+# check the formula's scores or ranking ask for it (`worker_config(..., **FORMULA)`, or the
+# `formula` mark on a test using the `worker` fixture); the rest run with the defaults users get
+# (keyword `stems`, recall `expanded`, vector index `auto`).
+FORMULA: dict[str, Any] = {"keyword": "share", "recall": "formula"}
+
+
 def worker_config(nats_url: str, db_path: Path, **overrides: Any) -> Any:
+    """The worker's defaults, except: no embedding model (the builtin one would add its load to
+    every worker a test starts), no scheduled maintenance, and quiet logs."""
     settings: dict[str, Any] = {
         "nats_url": nats_url,
         "db_path": str(db_path),
         "embedder": "none",
-        "keyword": "share",  # the contract's formula, which the tests check to the digit
-        "recall": "formula",  # its exact top-k (the expanded mode has tests of its own)
         "consolidate_cron": "",
         "evict_cron": "",
         "log_level": "warning",
@@ -90,8 +97,13 @@ def worker_config(nats_url: str, db_path: Path, **overrides: Any) -> Any:
 
 
 @pytest.fixture
-async def worker(nats_url: str, tmp_path: Path) -> AsyncIterator[App]:
-    app = App(worker_config(nats_url, tmp_path / "memory.db"))
+async def worker(
+    nats_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[App]:
+    """A running worker on its own file; with the test's `formula` mark, scoring by the
+    contract's formula (FORMULA)."""
+    formula = FORMULA if request.node.get_closest_marker("formula") else {}
+    app = App(worker_config(nats_url, tmp_path / "memory.db", **formula))
     await app.start()
     yield app
     await app.stop()

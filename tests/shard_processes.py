@@ -3,12 +3,14 @@ cluster (tests/cluster.py), for tests that kill them with -9 or pause them."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.cluster import Cluster
 
@@ -36,11 +38,22 @@ def shard_env(cluster: Cluster, shard: Shard, ttl: float) -> dict[str, str]:
         "MEMORY_WORKER_REPLICAS": "3",
         "MEMORY_WORKER_LEASE_TTL": str(ttl),
         "MEMORY_WORKER_EMBEDDER": "none",
-        "MEMORY_WORKER_KEYWORD": "share",
-        "MEMORY_WORKER_RECALL": "formula",
         "MEMORY_WORKER_LOG_FORMAT": "json",
         "MEMORY_WORKER_LOG_LEVEL": "info",
     }
+
+
+def logged(shard: Shard, event: str) -> list[dict[str, Any]]:
+    """The shard's log lines (JSON, on stderr) of this event so far."""
+    found = []
+    for line in shard.log.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:  # a traceback, or the line being written now
+            continue
+        if isinstance(entry, dict) and entry.get("event") == event:
+            found.append(entry)
+    return found
 
 
 def start_shard(cluster: Cluster, shard: Shard, ttl: float) -> None:

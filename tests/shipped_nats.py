@@ -3,7 +3,6 @@ directory, for tests that check what its accounts and permissions allow."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 from collections.abc import AsyncIterator
@@ -12,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 
 from tests.conftest import stop_nats, worker_config
-from tests.support import Client
+from tests.support import Client, wait_until
 from tests.test_cli import free_port
 from worker.app import App
 from worker.embedded import server_binary
@@ -62,14 +62,18 @@ async def shipped_nats(tmp_path: Path) -> AsyncIterator[str]:
     )
     url = f"nats://127.0.0.1:{port}"
     try:
-        for _ in range(100):
+
+        async def worker_connects() -> bool:
             try:
-                probe = await nats.connect(url, user="worker", password=password("worker"))
-            except Exception:
-                await asyncio.sleep(0.1)
-            else:
-                await probe.close()
-                break
+                probe = await nats.connect(
+                    url, user="worker", password=password("worker"), allow_reconnect=False
+                )
+            except (OSError, nats.errors.Error, TimeoutError):
+                return False  # not listening yet
+            await probe.close()
+            return True
+
+        await wait_until(worker_connects, "the shipped config's server letting the worker in")
         yield url
     finally:
         stop_nats(process)

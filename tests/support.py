@@ -1,12 +1,51 @@
-"""What tests share besides fixtures: a small client that speaks the wire contract."""
+"""What tests share besides fixtures: a small client that speaks the wire contract, and a wait
+for an event with a deadline."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import nats.errors
+
+
+async def wait_until(
+    condition: Callable[[], Any], what: str, timeout: float = 20.0, interval: float = 0.02
+) -> Any:
+    """Poll condition (a function, or a coroutine function) until it returns something true,
+    and return that; fail naming `what` (the event waited for) once `timeout` seconds passed.
+
+    What a test would otherwise sleep for: the wait ends as soon as the event happened, and a
+    slow machine gets the whole deadline rather than a guess."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = condition()
+        if inspect.isawaitable(found):
+            found = await found
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what} (last seen: {found!r})")
+        await asyncio.sleep(interval)
+
+
+async def wait_for_service(nc: Any, timeout: float = 20.0) -> None:
+    """Until a worker's service answers a ping on nc (a worker process starting up)."""
+
+    async def answers() -> bool:
+        try:
+            await nc.request("$SRV.PING.memory", b"", timeout=0.5)
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+            return False
+        return True
+
+    await wait_until(answers, "the worker's service answering a ping", timeout)
 
 
 @dataclass

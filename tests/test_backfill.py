@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import worker_config
 from tests.support import Client
 from worker.app import App
+from worker.recall_index.backfill import Backfill
 
 DELAY_S = 0.2
 
@@ -38,7 +39,7 @@ async def embedding_service(nats_url: str) -> AsyncIterator[list[str]]:
     pending: set[asyncio.Task[None]] = set()
 
     async def answer(msg: Any) -> None:
-        await asyncio.sleep(DELAY_S)
+        await asyncio.sleep(DELAY_S)  # a model that takes its time: the behaviour tested
         text = msgspec.json.decode(msg.data)["text"]
         await msg.respond(msgspec.json.encode({"embedding": vector_of(text)}))
 
@@ -88,7 +89,7 @@ async def bus_worker(nats_url: str, db: Path, **overrides: Any) -> AsyncIterator
     connection; both closed on exit."""
     app = App(worker_config(nats_url, db, embedder="bus", **overrides))
     await app.start()
-    assert app.services is not None and app.services.backfill is not None
+    assert app.services is not None and isinstance(app.services.backfill, Backfill)
     app.services.backfill.retry_s = 0.2
     nc = await nats.connect(nats_url)
     try:

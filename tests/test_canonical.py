@@ -11,9 +11,8 @@ from typing import Any
 import msgspec
 
 from schema.canonical import CanonicalAppendRequest, CanonicalGetRequest
-from tests.support import Client
+from tests.support import Client, wait_until
 from tests.test_client import CONFIG
-from tests.test_ingest import wait_until
 from tests.test_life import sql
 from tests.test_sessions import StubLlm, bus, llm, session_worker  # noqa: F401 (fixtures)
 from worker.app import App
@@ -153,7 +152,8 @@ async def test_an_append_through_durable_ingestion_is_stored_counted_and_audited
     body = {**USER, "channel": "email", "role": "user", "content": "through the stream"}
     await bus.nc.jetstream().publish("memory.ingest.canonical.append", msgspec.json.encode(body))
     await wait_until(
-        lambda: sql(session_worker, "SELECT message_count FROM canonical_sessions") == [(2,)]
+        lambda: sql(session_worker, "SELECT message_count FROM canonical_sessions") == [(2,)],
+        "both ingested messages appended",
     )
     got = await bus.ok("memory::canonical::get", USER)
     assert got["lastChannel"] == "email"

@@ -16,7 +16,7 @@ import apsw
 import nats
 import pytest
 
-from tests.support import Client
+from tests.support import Client, wait_until
 from worker.app import App
 
 WORKER = [sys.executable, "-m", "worker"]
@@ -47,6 +47,19 @@ async def test_fire_prints_the_reply_as_one_json_line(nats_url: str, worker: App
     assert done.returncode == 0, done.stderr
     [line] = done.stdout.splitlines()
     assert json.loads(line)["stored"] is True
+
+
+async def test_fire_takes_the_subject_form_of_a_trigger(nats_url: str, worker: App) -> None:
+    """`memory.store` and `memory.kg.add`, as the subjects read on the bus, fire those
+    triggers."""
+    stored = '{"agentId": "a", "content": "fired by its subject"}'
+    done = await asyncio.to_thread(cli, "fire", "memory.store", stored, "--nats-url", nats_url)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stored"] is True
+    entity = '{"agentId": "a", "entity": {"id": "alice"}}'
+    done = await asyncio.to_thread(cli, "fire", "memory.kg.add", entity, "--nats-url", nats_url)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"stored": True, "id": "alice", "relationsAdded": 0}
 
 
 async def test_fire_reads_stdin_and_uses_the_environment_url(nats_url: str, worker: App) -> None:
@@ -119,15 +132,6 @@ def test_migrate_creates_the_schema_and_refuses_a_newer_database(tmp_path: Path)
     assert done.returncode == 1 and "newer" in done.stderr
 
 
-async def wait_for(predicate: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await asyncio.to_thread(predicate):  # type: ignore[arg-type]
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("timed out")
-
-
 async def test_run_starts_an_embedded_server_serves_and_stops_cleanly_on_sigterm(
     tmp_path: Path,
 ) -> None:
@@ -140,12 +144,21 @@ async def test_run_starts_an_embedded_server_serves_and_stops_cleanly_on_sigterm
     )
     try:
         url = f"nats://127.0.0.1:{port}"
-        await wait_for(lambda: cli("check", "--nats-url", url, "--timeout", "1").returncode == 0)
+        await wait_until(
+            lambda: asyncio.to_thread(
+                lambda: cli("check", "--nats-url", url, "--timeout", "1").returncode == 0
+            ),
+            "`memory-worker check` passing against the embedded server",
+            interval=0.1,
+        )
         nc = await nats.connect(url)
         client = Client(nc)
-        stores = [client.store("a", f"secret content {i}") for i in range(200)]
+        stores = [
+            asyncio.ensure_future(client.store("a", f"secret content {i}")) for i in range(200)
+        ]
         pending = asyncio.gather(*stores)
-        await asyncio.sleep(0.05)
+        # The signal while the stores are being served: after the first one was acknowledged.
+        await asyncio.wait(stores, return_when=asyncio.FIRST_COMPLETED)
         process.send_signal(signal.SIGTERM)
         acknowledged = [r["id"] for r in await pending]
         started = time.monotonic()
@@ -179,6 +192,7 @@ async def test_the_worker_waits_for_a_nats_server_that_is_not_up_yet(tmp_path: P
     port = free_port()
     app = App(worker_config(f"nats://127.0.0.1:{port}", tmp_path / "memory.db"))
     starting = asyncio.create_task(app.start())
+    # Time passing is the behaviour: 1.5 s without a server, and start-up is still waiting.
     await asyncio.sleep(1.5)
     assert not starting.done()
     server = subprocess.Popen(

@@ -86,6 +86,47 @@ def test_an_unknown_trigger_is_refused_naming_the_valid_ones(nats_url: str) -> N
     assert "memory::kg::add" in done.stderr and "memory::store" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [("memory::stroe", "memory::store"), ("memory.stroe", "memory::store"),
+     ("memory::kg::ad", "memory::kg::add"), ("memory::recal", "memory::recall")],
+)  # fmt: skip
+def test_a_mistyped_trigger_is_refused_with_the_closest_one_suggested(
+    typed: str, meant: str
+) -> None:
+    """A typo, in the trigger or the subject form, is a usage error (64) that names what was
+    typed and suggests the closest trigger before listing them all; nothing is sent."""
+    done = cli("fire", typed, "--nats-url", f"nats://127.0.0.1:{dead_port()}")
+    assert done.code == Exit.USAGE, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"memory-worker fire: unknown trigger {typed!r}; did you mean {meant}?")
+    assert "cannot connect" not in line
+
+
+def test_a_name_close_to_no_trigger_gets_no_suggestion() -> None:
+    """Nothing near it: no guess, only the list."""
+    done = cli("fire", "backup", "--nats-url", f"nats://127.0.0.1:{dead_port()}")
+    assert done.code == Exit.USAGE and "did you mean" not in done.stderr
+    assert "unknown trigger 'backup'. The triggers: " in done.stderr
+
+
+def test_the_version_is_the_installed_distributions() -> None:
+    """`memory-worker --version` prints the version pip installed, and exits 0."""
+    from importlib.metadata import version
+
+    done = cli("--version")
+    assert done.code == 0, done.stderr
+    assert done.stdout == f"memory-worker {version('memory-worker')}\n"
+
+
+def test_bench_help_points_at_nothing_outside_the_repository() -> None:
+    """`bench --help` says what --locomo takes without naming a path a clone does not have."""
+    done = cli("bench", "--help")
+    assert done.code == 0, done.stderr
+    assert "../shared" not in done.stdout and "shared/bench" not in done.stdout
+    assert "--locomo" in done.stdout and "LoCoMo" in done.stdout
+
+
 def test_a_request_over_the_servers_max_payload_has_its_own_exit_code(nats_url: str) -> None:
     """More than max_payload (1 MiB by default) exits 4 saying so, not "cannot reach NATS"."""
     big = '{"agentId": "a", "content": "' + "x" * (1024 * 1024 + 10) + '"}'

@@ -3,13 +3,15 @@ acknowledged message when the node that leads the stream is killed (SCALE.md's p
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
+from typing import Any
 
 import nats
+import nats.errors
 from nats.js.api import StreamConfig
 
 from tests.cluster import running_cluster
+from tests.support import wait_until
 
 
 async def test_an_r3_stream_keeps_acknowledged_messages_when_its_leader_is_killed(
@@ -29,11 +31,13 @@ async def test_an_r3_stream_keeps_acknowledged_messages_when_its_leader_is_kille
         others = [node.url for node in cluster.nodes if node is not leader]
         nc = await nats.connect(others)
         js = nc.jetstream()
-        for _ in range(100):
+
+        async def stream_info() -> Any:
             try:
-                info = await js.stream_info("PROBE")
-                break
-            except Exception:
-                await asyncio.sleep(0.1)
+                return await js.stream_info("PROBE")
+            except nats.errors.Error:  # no leader yet: the other two are electing one
+                return None
+
+        info = await wait_until(stream_info, "the stream answering from a new leader")
         assert info.state.messages == 50
         await nc.close()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from nats.errors import Error as NatsError
 
 from tests.conftest import worker_config
 from tests.shipped_nats import CONF, PASSWORDS, connect_as, password, shipped_nats
-from tests.support import Client
+from tests.support import Client, wait_until
 from worker.app import App
 from worker.config import FIELDS, env_name
 from worker.embedded import server_binary
@@ -116,6 +116,45 @@ def test_nats_config_is_valid() -> None:
     assert done.returncode == 0, done.stderr
 
 
+def test_the_shipped_nats_config_is_what_nats_config_prints() -> None:
+    """deploy/nats/nats-server.conf is `memory-worker nats-config`'s output, its header
+    included: a new trigger reaches tenants by running the command again, and a hand edit of the
+    file fails here."""
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "nats-config"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == CONF.read_text(encoding="utf-8")
+
+
+def test_nats_config_for_tenants_of_ones_own_is_valid_and_refuses_a_name_twice(
+    tmp_path: Path,
+) -> None:
+    """`--tenant TEAM_C=dave,erin` makes that account with those users (each its inbox and
+    password variable) importing every trigger, which nats-server accepts; a user named twice,
+    or the worker's own account, is a usage error naming it."""
+    worker = [sys.executable, "-m", "worker", "nats-config"]
+    done = subprocess.run([*worker, "--tenant", "TEAM_C=dave,erin"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "TEAM_A" not in done.stdout and '"_INBOX_erin.>"' in done.stdout
+    assert 'subject: "memory.ingest.TEAM_C.>" }, to: "memory.ingest.>"' in done.stdout
+    conf = tmp_path / "nats.conf"
+    conf.write_text(done.stdout, encoding="utf-8")
+    variables = {"WORKER_PASSWORD": "w", "OPERATOR_PASSWORD": "o", "DAVE_PASSWORD": "d"}
+    checked = subprocess.run(
+        [server_binary(), "-c", str(conf), "-t"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **variables, "ERIN_PASSWORD": "e"},
+    )
+    assert checked.returncode == 0, checked.stderr
+    for tenants in (["T=dave", "U=Dave"], ["MEMORY=dave"]):
+        flags = [flag for tenant in tenants for flag in ("--tenant", tenant)]
+        refused = subprocess.run([*worker, *flags], capture_output=True, text=True)
+        assert refused.returncode == 64 and refused.stdout == "", refused
+        assert ("DAVE" if "T=dave" in tenants else "MEMORY") in refused.stderr
+
+
 async def test_only_the_worker_account_may_serve_memory_subjects(tmp_path: Path) -> None:
     async with shipped_nats(tmp_path) as url:
         worker = await connect_as(url, "worker")
@@ -128,8 +167,10 @@ async def test_only_the_worker_account_may_serve_memory_subjects(tmp_path: Path)
         await worker.subscribe("memory.store", queue="memory-worker", cb=answer)
         impostor = await client.subscribe("memory.store")
         await client.flush()
-        await asyncio.sleep(0.3)
-        assert any("permissions violation" in e for e in errors), errors
+        await wait_until(  # the server's -ERR arrives after the flush
+            lambda: any("permissions violation" in e for e in errors),
+            "the server refused alice's subscription to memory.store",
+        )
         reply = await client.request("memory.store", b"{}", timeout=2)
         assert reply.data == b"from the worker"
         with pytest.raises((NatsError, TimeoutError)):

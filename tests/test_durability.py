@@ -7,30 +7,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import apsw
 import nats
+import nats.errors
 
 from tests.conftest import worker_config
-from tests.support import Client
+from tests.support import Client, wait_for_service, wait_until
 from worker.app import App
 
 STORES = 4000
 IN_FLIGHT = 64
-
-
-async def wait_for_service(nc: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            await nc.request("$SRV.PING.memory", b"", timeout=0.5)
-            return
-        except Exception:
-            await asyncio.sleep(0.1)
-    raise AssertionError("worker did not come up")
 
 
 async def test_every_acknowledged_store_survives_kill_9(nats_url: str, tmp_path: Path) -> None:
@@ -60,8 +49,8 @@ async def test_every_acknowledged_store_survives_kill_9(nats_url: str, tmp_path:
                     reply = await client.call(
                         "memory::store", {"agentId": f"agent{index % 4}", "content": content}, 2.0
                     )
-                except Exception:
-                    continue
+                except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+                    continue  # the worker was killed: not acknowledged
                 if reply.ok:
                     acknowledged[content] = reply.body["id"]
                 if len(acknowledged) >= STORES // 3 and process.poll() is None:
@@ -118,22 +107,32 @@ async def test_a_restart_after_kill_9_replaces_the_orphaned_embedded_server(
     }
     env.pop("MEMORY_WORKER_NATS_URL", None)
     url = f"nats://127.0.0.1:{port}"
+
+    async def worker_serving() -> Any:
+        try:
+            nc = await nats.connect(url, allow_reconnect=False, connect_timeout=0.5)
+        except (OSError, nats.errors.Error, TimeoutError):
+            return None  # no server listening yet
+        try:  # the killed worker's orphaned server answers until the new worker stops it
+            await nc.request("$SRV.PING.memory", b"", timeout=0.5)
+        except nats.errors.Error:  # closed under us, no responder or no answer yet
+            await nc.close()
+            return None
+        return nc
+
     for round_number in range(2):
         process = subprocess.Popen(
             [sys.executable, "-m", "worker", "run"], env=env, stderr=subprocess.DEVNULL
         )
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                nc = await nats.connect(url, allow_reconnect=False, connect_timeout=0.5)
-                await wait_for_service(nc, timeout=5)
-                break
-            except Exception:
-                assert time.monotonic() < deadline, f"round {round_number}: no worker"
-                await asyncio.sleep(0.2)
-        reply = await Client(nc).store("a", f"round {round_number}")
-        assert reply["stored"] is True
-        await nc.close()
-        process.send_signal(signal.SIGKILL if round_number == 0 else signal.SIGTERM)
-        process.wait(timeout=15)
+        try:
+            nc = await wait_until(worker_serving, f"round {round_number}: a worker serving")
+            reply = await Client(nc).store("a", f"round {round_number}")
+            assert reply["stored"] is True
+            await nc.close()
+            process.send_signal(signal.SIGKILL if round_number == 0 else signal.SIGTERM)
+            process.wait(timeout=15)
+        finally:
+            if process.poll() is None:  # the round failed: stop the worker, and its server
+                process.terminate()
+                process.wait(timeout=15)
     assert process.returncode == 0

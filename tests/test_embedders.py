@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import worker_config
-from tests.support import Client
-from worker.app import App, builtin_model
+from tests.support import Client, wait_until
+from worker.app import App
 from worker.config import ConfigError, load_config
+from worker.embedders.configured import builtin_model
 from worker.embedders.local import MAX_YIELD_S, PASSAGE_BATCH, BatchingEmbedder
 from worker.embedders.minilm import MiniLM
 
@@ -133,7 +134,7 @@ class SlowModel:
             self.most_in_flight[query] = max(self.most_in_flight[query], self.in_flight[query])
             self.most_together = max(self.most_together, sum(self.in_flight.values()))
         self.niceness[query].add(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
-        time.sleep(0.005 * len(texts))
+        time.sleep(0.005 * len(texts))  # the model's own time, which the tests schedule around
         self.calls.append((query, len(texts)))
         with self._count:
             self.in_flight[query] -= 1
@@ -144,6 +145,13 @@ class SlowModel:
 
     def embed_passages(self, texts: list[str]) -> np.ndarray:
         return self._embed(texts, False)
+
+
+async def passages_started(model: SlowModel) -> None:
+    """Until the model has begun its first call on stored texts."""
+    await wait_until(
+        lambda: model.most_in_flight[False] >= 1, "a batch of stored texts in the model", 10, 0.001
+    )
 
 
 class GatedModel(SlowModel):
@@ -205,7 +213,7 @@ async def test_with_one_lane_a_query_waits_for_one_small_batch_not_the_whole_que
     embedder = BatchingEmbedder(model)
     try:
         stores = asyncio.ensure_future(embedder.embed([f"t{i}" for i in range(200)], query=False))
-        await asyncio.sleep(0.01)
+        await passages_started(model)
         assert 150 <= embedder.backlog() <= 200
         [row] = await embedder.embed(["where?"], query=True)
         assert row is not None and not stores.done()
@@ -228,11 +236,11 @@ async def test_stored_texts_hold_back_while_a_recall_is_in_progress_but_not_for_
     try:
         with embedder.recalling():
             stores = asyncio.ensure_future(embedder.embed(["a", "b", "c"], query=False))
-            await asyncio.sleep(MAX_YIELD_S / 2)
+            await asyncio.sleep(MAX_YIELD_S / 2)  # time held back is the behaviour tested
             assert not any(not query for query, _ in model.calls)
             [row] = await embedder.embed(["where?"], query=True)  # the query is not held
             assert row is not None and model.calls == [(True, 1)]
-            await asyncio.sleep(MAX_YIELD_S * 1.6)
+            await asyncio.sleep(MAX_YIELD_S * 1.6)  # past the bound: one text goes on
             assert 1 <= sum(1 for query, _ in model.calls if not query) <= 2
         started = time.monotonic()
         assert all(row is not None for row in await stores)
@@ -248,7 +256,7 @@ async def test_on_a_single_lane_a_recall_does_not_hold_back_the_texts_its_query_
     embedder = BatchingEmbedder(model)
     try:
         stores = asyncio.ensure_future(embedder.embed([f"t{i}" for i in range(8)], query=False))
-        await asyncio.sleep(0.001)
+        await passages_started(model)
         started = time.monotonic()
         with embedder.recalling():
             await embedder.embed(["where?"], query=True)
@@ -264,7 +272,7 @@ async def test_texts_of_a_caller_that_gave_up_leave_the_queue_and_the_backlog() 
     embedder = BatchingEmbedder(model)
     try:
         stores = asyncio.ensure_future(embedder.embed([f"t{i}" for i in range(200)], query=False))
-        await asyncio.sleep(0.01)
+        await passages_started(model)
         stores.cancel()
         await asyncio.gather(stores, return_exceptions=True)
         assert embedder.backlog() <= PASSAGE_BATCH

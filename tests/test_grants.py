@@ -5,7 +5,6 @@ in tests/test_grants_bus.py."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -110,5 +109,4 @@ async def test_sharded_evict_stats_and_audit_keep_to_the_grants_on_every_partiti
     finally:
         await nc.close()
         for app in apps:
-            with contextlib.suppress(Exception):
-                await app.stop()
+            await app.stop()

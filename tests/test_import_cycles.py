@@ -1,6 +1,6 @@
 """No import cycles among the modules of worker, handlers, schema and scheduler: a module's
-imports, read with ast (those under `if TYPE_CHECKING:` aside, which never run), form no loop,
-but for the known cycles listed below, which may only go away.
+imports, read with ast (those under `if TYPE_CHECKING:` aside, which never run; those inside a
+function counted, since they run when it is called), form no loop.
 
 A loop makes the import order matter (a name is missing while its module is half run) and
 ties the modules in it into one: none of them can be read, tested or moved alone."""
@@ -13,17 +13,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("worker", "handlers", "schema", "scheduler")
-
-# Today's cycles outside handlers/recall/, each as the modules of its strongly connected
-# component; another change of issue 32 is breaking them. Remove an entry when its cycle goes
-# (the second test fails until then); never add one.
-KNOWN: list[frozenset[str]] = [
-    # registry.all_writes imports the shards' cron table in a function; the cron runner
-    # imports dispatch (and registry) in a function to fire through them.
-    frozenset({"worker.dispatch", "worker.registry", "worker.shards.cron"}),
-    # app starts the shard app from a function; the shard app imports app's make_embedder.
-    frozenset({"worker.app", "worker.shards.app"}),
-]
 
 
 def modules() -> dict[str, Path]:
@@ -143,18 +132,11 @@ def loop_in(component: frozenset[str], edges: dict[str, set[str]]) -> list[str]:
     return sorted(component)
 
 
-def test_no_import_cycle_among_the_modules_but_the_known_ones() -> None:
-    """Every import cycle of worker, handlers, schema and scheduler is one of KNOWN."""
+def test_no_import_cycle_among_the_modules() -> None:
+    """No module of worker, handlers, schema and scheduler imports itself through others."""
     edges = graph()
-    new = [loop_in(c, edges) for c in cycles(edges) if c not in KNOWN]
-    assert not new, "import cycles: " + "; ".join(" -> ".join(loop) for loop in new)
-
-
-def test_every_known_cycle_is_still_there() -> None:
-    """A known cycle that has gone is taken off KNOWN, so that the list only shrinks."""
-    found = cycles(graph())
-    gone = [sorted(cycle) for cycle in KNOWN if cycle not in found]
-    assert not gone, f"no longer cycles, remove them from KNOWN: {gone}"
+    found = [" -> ".join(loop_in(cycle, edges)) for cycle in cycles(edges)]
+    assert not found, f"import cycles: {'; '.join(found)}"
 
 
 def test_the_reader_sees_a_cycle_and_skips_type_checking_imports(tmp_path: Path) -> None:

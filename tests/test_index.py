@@ -229,10 +229,13 @@ async def test_snapshots_of_an_agent_being_loaded_share_one_load_and_hold_no_rea
     path = tmp_path / "memory.db"
     filled_db(path, ("a", "b"), 20).close()
     opened: list[int] = []
+    loading, release = threading.Event(), threading.Event()
 
     def slow_reader() -> apsw.Connection:
         opened.append(1)
-        time.sleep(0.5)
+        if len(opened) > 1:  # "a": its load is held until the test has seen "b" answer
+            loading.set()
+            assert release.wait(10), "the test never released the load"
         return open_db(path)
 
     def rows(_: apsw.Connection, found: Snapshot) -> int:
@@ -243,12 +246,14 @@ async def test_snapshots_of_an_agent_being_loaded_share_one_load_and_hold_no_rea
     try:
         assert await index.with_snapshot(("", "b"), rows) == 20
         slow = [asyncio.ensure_future(index.with_snapshot(("", "a"), rows)) for _ in range(8)]
-        await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(loading.wait, 10), "the load of 'a' never started"
         started = time.monotonic()
         assert await index.with_snapshot(("", "b"), rows) == 20
         assert time.monotonic() - started < 0.3 and not any(task.done() for task in slow)
+        release.set()
         assert await asyncio.gather(*slow) == [20] * 8
     finally:
+        release.set()
         readers.close()
     assert len(opened) == 2  # "b", then "a" once
 
@@ -256,7 +261,7 @@ async def test_snapshots_of_an_agent_being_loaded_share_one_load_and_hold_no_rea
 async def test_recalls_of_other_agents_go_on_while_one_agent_loads(
     nats_url: str, tmp_path: Path
 ) -> None:
-    """Several recalls of an agent whose load takes a second hold one reader thread between
+    """Several recalls of an agent whose load is held up hold one reader thread between
     them, not all of them: a recall of another agent answers meanwhile."""
     app = App(worker_config(nats_url, tmp_path / "memory.db"))
     await app.start()
@@ -271,21 +276,25 @@ async def test_recalls_of_other_agents_go_on_while_one_agent_loads(
         index.forget_all()
         await client.recall("quick")
         fresh = index._open_reader
+        loading, release = threading.Event(), threading.Event()
 
-        def slow_reader() -> apsw.Connection:
-            time.sleep(1.0)
+        def slow_reader() -> apsw.Connection:  # held until the test has seen "quick" answer
+            loading.set()
+            assert release.wait(10), "the test never released the load"
             return fresh()
 
         index._open_reader = slow_reader
         slow = [asyncio.ensure_future(client.recall("slow")) for _ in range(4)]
-        await asyncio.sleep(0.1)
+        assert await asyncio.to_thread(loading.wait, 10), "the load of 'slow' never started"
         started = time.monotonic()
         [quick] = await client.recall("quick")
         quick_s = time.monotonic() - started
         assert quick["content"] == "a memory already loaded"
         assert not any(task.done() for task in slow) and quick_s < 0.5
+        release.set()
         assert all(len(found) == 1 for found in await asyncio.gather(*slow))
     finally:
+        release.set()
         await nc.close()
         await app.stop()
 

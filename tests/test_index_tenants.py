@@ -16,13 +16,13 @@ import numpy as np
 from schema.memory import RecallRequest
 from tests.conftest import worker_config
 from tests.handlers.support import insert_in_tenant as insert
-from worker import flows
 from worker.app import App
 from worker.db import migrate, open_db
 from worker.readers import Readers
 from worker.recall_index.agent_index import AgentKey
 from worker.recall_index.changes import ChangeReader
 from worker.recall_index.index import MemoryIndex
+from worker.triggers import memory
 
 
 def two_tenants(path: Path) -> tuple[apsw.Connection, dict[str, set[str]], ChangeReader]:
@@ -129,7 +129,7 @@ async def test_recall_in_one_tenant_never_returns_or_counts_the_others_memory(
                 s.index.forget_all()
             for tenant in ("A", "B"):
                 req = RecallRequest(agent_id="a", query="shared note", limit=10, tenant=tenant)
-                reply = await flows.recall(s, req)
+                reply = await memory.recall(s, req)
                 assert {memory.id for memory in reply.memories} == ids[tenant], (loaded, tenant)
             assert s.index.loaded_agents() == 2
         await asyncio.gather(*s.background)
@@ -139,7 +139,7 @@ async def test_recall_in_one_tenant_never_returns_or_counts_the_others_memory(
             )
         )
         assert counts == dict.fromkeys(ids["A"] | ids["B"], 2)
-        reply = await flows.recall(s, RecallRequest(agent_id="a", query="shared note"))
+        reply = await memory.recall(s, RecallRequest(agent_id="a", query="shared note"))
         assert reply.memories == []  # the default tenant's `a` is a third agent, with nothing
     finally:
         await app.stop()

@@ -21,7 +21,7 @@ import pytest
 
 from handlers.ingested import Delivery
 from tests.conftest import worker_config
-from tests.support import Client
+from tests.support import Client, wait_until
 from worker import ingest_streams
 from worker.app import App
 from worker.registry import INGESTED
@@ -50,13 +50,9 @@ async def ingesting(nats_url: str, db: Path) -> AsyncIterator[tuple[Any, Any]]:
         await app.stop()
 
 
-async def wait_until(predicate: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not reached in time")
+async def ingest_empty(js: Any) -> bool:
+    """Whether MEMORY_INGEST holds no message: a work queue drops each one the worker acked."""
+    return bool((await js.stream_info("MEMORY_INGEST")).state.messages == 0)
 
 
 async def test_messages_published_while_the_worker_is_down_are_stored_once_it_starts(
@@ -80,11 +76,10 @@ async def test_messages_published_while_the_worker_is_down_are_stored_once_it_st
     second = App(worker_config(nats_url, db))
     await second.start()
     try:
-        await wait_until(lambda: memory_count(db) == 300)
+        await wait_until(lambda: memory_count(db) == 300, "the 300 queued stores")
         info = await js.stream_info("MEMORY_INGEST")
         assert str(info.config.retention) in ("workqueue", "RetentionPolicy.WORK_QUEUE")
-        await asyncio.sleep(0.3)
-        assert (await js.stream_info("MEMORY_INGEST")).state.messages == 0
+        await wait_until(lambda: ingest_empty(js), "every message acked (the republished too)")
         assert memory_count(db) == 300
     finally:
         await second.stop()
@@ -110,9 +105,8 @@ async def test_an_invalid_message_is_dead_lettered_with_its_error_and_not_retrie
             "memory.deadletter.store",
             "memory.deadletter.recall",
         }
-        await wait_until(lambda: memory_count(db) == 1)
-        await asyncio.sleep(0.5)
-        assert (await js.stream_info("MEMORY_INGEST")).state.messages == 0
+        await wait_until(lambda: memory_count(db) == 1, "the valid store")
+        await wait_until(lambda: ingest_empty(js), "every message acked, none redelivered")
         kept = await js.stream_info("MEMORY_DEADLETTER")
         assert kept.state.messages == 3
 
@@ -156,10 +150,11 @@ async def test_every_ingestible_write_is_applied_and_audited_with_source_ingest(
                 conn.close()
 
         await js.publish("memory.ingest.kg.add", msgspec.json.encode(entity))
-        await wait_until(lambda: len(audited()) == 1)  # ingestion keeps no order: one at a time
+        # Ingestion keeps no order: one at a time.
+        await wait_until(lambda: len(audited()) == 1, "the add")
         await js.publish("memory.ingest.kg.delete", b'{"agentId": "a", "relations": '
                          b'[{"source": "alice", "type": "knows", "target": "bob"}]}')  # fmt: skip
-        await wait_until(lambda: len(audited()) == 2)
+        await wait_until(lambda: len(audited()) == 2, "the delete")
         assert audited() == [("memory::kg::add", "ingest"), ("memory::kg::delete", "ingest")]
 
 
@@ -406,5 +401,5 @@ async def test_the_keys_of_messages_below_the_ack_floor_go_with_the_next_write(
             await asyncio.sleep(0.05)
         assert 0 < one(db, "SELECT count(*) FROM ingested") <= 50
         await js.publish("memory.ingest.usage.record", msgspec.json.encode(usage))
-        await wait_until(lambda: one(db, "SELECT count(*) FROM usage") == 51)
+        await wait_until(lambda: one(db, "SELECT count(*) FROM usage") == 51, "the 51st record")
         assert one(db, "SELECT seq FROM ingested") == 51

@@ -11,8 +11,7 @@ import msgspec
 import nats
 
 from tests.conftest import worker_config
-from tests.support import Client
-from tests.test_ingest import wait_until
+from tests.support import Client, wait_until
 from tests.test_life import sql
 from worker.app import App
 
@@ -162,7 +161,8 @@ async def test_a_set_published_on_ingest_is_applied(nats_url: str, worker: App) 
             msgspec.json.encode({"agentId": "a", "key": "queued", "value": {"n": 1}}),
         )
         await wait_until(
-            lambda: sql(worker, "SELECT key, value FROM kv") == [("queued", '{"n":1}')]
+            lambda: sql(worker, "SELECT key, value FROM kv") == [("queued", '{"n":1}')],
+            "the ingested key set",
         )
         events = (await Client(nc).ok("memory::audit", {"agentId": "a"}))["events"]
         assert [(e["trigger"], e["source"]) for e in events] == [("memory::kv::set", "ingest")]

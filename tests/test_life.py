@@ -8,7 +8,7 @@ from typing import Any
 
 import apsw
 
-from tests.support import Client
+from tests.support import Client, wait_until
 from worker.app import App
 
 DAY = 86_400_000
@@ -127,7 +127,7 @@ async def test_erase_under_concurrent_stores_leaves_nothing_acknowledged_before_
             acknowledged.append((await client.store("a", f"note {n}"))["id"])
 
     storing = asyncio.create_task(keep_storing())
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: len(acknowledged) >= 5, "the first stores acknowledged")
     before = list(acknowledged)
     await client.ok("memory::erase", {"agentId": "a", "confirm": "a"})
     await storing

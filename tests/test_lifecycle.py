@@ -12,6 +12,7 @@ import nats.aio.client
 import pytest
 
 from tests.conftest import worker_config
+from tests.support import wait_until
 from tests.test_cli import free_port
 from worker.app import App
 from worker.bus import MemoryService
@@ -76,12 +77,10 @@ async def test_a_start_cancelled_while_waiting_for_nats_has_opened_and_created_n
     db = tmp_path / "data" / "memory.db"
     app = App(worker_config(f"nats://127.0.0.1:{free_port()}", db))
     starting = asyncio.create_task(app.start())
-    for _ in range(200):  # until the first nats.unreachable: it is waiting
-        if any(event["event"] == "nats.unreachable" for event in captured_logs):
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError(f"start-up never said it is waiting: {captured_logs}")
+    await wait_until(
+        lambda: any(event["event"] == "nats.unreachable" for event in captured_logs),
+        "start-up saying it waits for NATS (nats.unreachable)",
+    )
     assert not starting.done()
     starting.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.support import Client
+from tests.support import Client, wait_until
 from tests.test_life import sql
 from worker.app import App
 
@@ -42,10 +42,13 @@ async def test_a_listing_under_concurrent_stores_and_deletes_neither_repeats_nor
         (await client.store("a", f"doomed {n}", timestamp=20_000 + n))["id"] for n in range(30)
     ]
 
+    churned = [0]  # steps of the churn done
+
     async def churn() -> None:
         for n in range(30):
             await client.store("a", f"new {n}", timestamp=5_000 + 1_000 * n)
             await client.ok("memory::delete", {"agentId": "a", "ids": [doomed[n]]})
+            churned[0] += 1
 
     churning = asyncio.create_task(churn())
     seen: list[str] = []
@@ -55,9 +58,14 @@ async def test_a_listing_under_concurrent_stores_and_deletes_neither_repeats_nor
         reply = await client.ok("memory::list", body)
         seen += [m["id"] for m in reply["memories"]]
         cursor = reply["nextCursor"]
-        await asyncio.sleep(0.005)
         if cursor is None:
             break
+        step = churned[0]  # the next page after the list changed again (or the churn ended)
+
+        def moved_on(step: int = step) -> bool:
+            return churned[0] > step or churning.done()
+
+        await wait_until(moved_on, "a step of the churn")
     await churning
     assert len(seen) == len(set(seen)), "a memory was listed twice"
     assert steady <= set(seen), "a memory that existed throughout was skipped"

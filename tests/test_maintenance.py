@@ -5,6 +5,8 @@ chunked apply, and recall staying in step."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support import Client
 
 WEEK = 604_800_000
@@ -43,6 +45,7 @@ async def test_evicted_memories_leave_sessions_recall_and_dedup(client: Client) 
     assert again["stored"] is True and again["id"] != first["id"]
 
 
+@pytest.mark.formula  # the decayed confidence in the formula's exact score
 async def test_recall_reflects_decayed_confidence(client: Client) -> None:
     await client.store("a", "idle", timestamp=1_000, importance=0.1)
     await client.store("a", "busy", importance=0.9)

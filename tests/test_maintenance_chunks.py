@@ -11,7 +11,7 @@ import apsw
 from tests.handlers.test_maintenance_chunks import seed
 from tests.support import Client
 from worker.app import App
-from worker.maintenance import CHUNK
+from worker.triggers.chunked import CHUNK
 
 
 async def test_stores_sent_during_a_large_eviction_answer_before_it_ends(

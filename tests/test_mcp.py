@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent, TextResourceContents
@@ -136,6 +137,31 @@ async def test_missing_or_wrong_arguments_and_worker_refusals_are_errors_naming_
         assert "$.ids[0]" in text(refused)
         still = await client.call_tool("memory_list", {})  # the server is still up
         assert not still.is_error
+
+
+async def test_a_refused_argument_is_one_line_naming_the_field_without_pydantic_noise(
+    nats_url: str, worker: App
+) -> None:
+    """What the tools' schema refuses reads as one line per call, naming each field as a path,
+    with none of the validation library's type codes, echoed input or links."""
+    cases: list[tuple[str, dict[str, Any], str]] = [
+        ("memory_search", {}, "invalid argument: `query` is required"),
+        ("memory_search", {"query": "x", "limit": 50}, "invalid argument: `limit`: input should"),
+        ("memory_save", {"content": "x", "importance": 2}, "invalid argument: `importance`: "),
+        ("memory_get", {"ids": [1, 2]}, "invalid arguments: `ids[0]`: input should be a valid"),
+    ]
+    async with mcp_client("--agent", "a1", "--nats-url", nats_url) as client:
+        for tool, arguments, says in cases:
+            result = await client.call_tool(tool, arguments)
+            line = text(result)
+            assert result.is_error and line.startswith(says), line
+            assert "\n" not in line, line
+            for noise in ("validation error", "pydantic", "type=", "input_value", "Arguments"):
+                assert noise not in line, line
+        [listed] = [
+            tool for tool in (await client.list_tools()).tools if tool.name == "memory_save"
+        ]
+        assert "importance" in listed.input_schema["properties"]  # the schema itself is unchanged
 
 
 def dead_port() -> int:

@@ -1,9 +1,10 @@
-"""`memory-worker mcp --http` behind bearer tokens (contract section 18), over real HTTP to a real
+"""`memory-worker mcp --http` behind bearer tokens (docs/tenants.md), over real HTTP to a real
 server process and a live worker: who gets in, which agents a token may act for, how many
 sessions it may hold, and the starts that are refused."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -68,6 +69,35 @@ async def mcp_http(nats_url: str, tokens: str, *args: str) -> AsyncIterator[str]
     finally:
         process.terminate()
         assert process.wait(timeout=10) in (0, -15)
+
+
+async def test_the_server_says_in_one_log_line_the_url_it_listens_on(
+    nats_url: str, worker: App
+) -> None:
+    """Once it listens, `mcp --http` logs `mcp.listening` with the URL to give a client, the
+    port `--http 0` picked included; a client connecting to that URL saves a memory."""
+    process = await asyncio.create_subprocess_exec(
+        *WORKER, "mcp", "--http", "0", "--agent", "a1", "--nats-url", nats_url,
+        env=clean_env(MEMORY_WORKER_LOG_FORMAT="json"), stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stderr is not None
+    try:
+        lines: list[dict[str, Any]] = []
+        while not any(line.get("event") == "mcp.listening" for line in lines):
+            raw = await asyncio.wait_for(process.stderr.readline(), timeout=30)
+            assert raw, f"it exited before saying where it listens: {lines}"
+            lines.append(json.loads(raw))
+        [listening] = [line for line in lines if line.get("event") == "mcp.listening"]
+        url = listening["url"]
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp")
+        assert not url.endswith(":0/mcp")
+        async with Client(url, cache=None) as client:
+            saved = await client.call_tool("memory_save", {"content": "Listens where it says"})
+            assert not saved.is_error, text(saved)
+    finally:
+        process.terminate()
+        await process.wait()
+    assert await stored_agents(worker) == ["a1"]
 
 
 def bearer(name: str, **headers: str) -> dict[str, str]:

@@ -83,7 +83,7 @@ async def compacting(nats_url: str, tmp_path: Path) -> AsyncIterator[Client]:
     ("answer", "reason"),
     [
         (None, "no_responder"),
-        ("slow", "timeout"),
+        ("silent", "timeout"),
         ("error", "error_reply"),
         ("not json", "bad_reply"),
         ("blank", "empty_answer"),
@@ -97,9 +97,9 @@ async def test_compaction_logs_why_it_fell_back_from_the_llm(
     llm = await nats.connect(nats_url)
 
     async def respond(msg: Any) -> None:
-        if answer == "slow":
-            await asyncio.sleep(1.5)
-        elif answer == "error":
+        if answer == "silent":
+            return  # takes the request and never answers: the worker's llm_timeout runs out
+        if answer == "error":
             await llm.publish(msg.reply, b"{}", headers={"Nats-Service-Error-Code": "500"})
         elif answer == "not json":
             await msg.respond(b"<html>")
@@ -142,9 +142,10 @@ async def test_a_clean_shutdown_logs_no_warning(tmp_path: Path) -> None:
             assert line, "".join(lines)
             lines.append(line)
         nc = await nats.connect(json.loads(lines[-1])["nats"])
-        stores = [Client(nc).store("a", f"note {index}") for index in range(50)]
+        stores = [asyncio.ensure_future(Client(nc).store("a", f"note {i}")) for i in range(50)]
         pending = asyncio.gather(*stores)
-        await asyncio.sleep(0.02)
+        # The signal while the stores are being served: after the first one was acknowledged.
+        await asyncio.wait(stores, return_when=asyncio.FIRST_COMPLETED)
         process.send_signal(signal.SIGTERM)
         await pending
         rest = await asyncio.to_thread(process.communicate, timeout=20)

@@ -17,7 +17,7 @@ from tests.test_life import sql
 from worker.app import App
 from worker.bus import MemoryService
 from worker.dispatch import Dispatcher
-from worker.registry import READER, Route
+from worker.route import Route
 from worker.telemetry import Telemetry
 
 # The largest reply each paged trigger sent in these tests, for the record (`pytest -s`).
@@ -201,7 +201,7 @@ def huge(conn: apsw.Connection, req: HugeRequest, *, now: int) -> HugeReply:
     return HugeReply(text="x" * req.size)
 
 
-HUGE = Route("memory::toy::huge", HugeRequest, huge, on=READER, reply_type=HugeReply)
+HUGE = Route("memory::toy::huge", HugeRequest, reply_type=HugeReply, read=huge)
 
 
 async def test_any_trigger_whose_reply_cannot_fit_answers_413_instead_of_nothing(

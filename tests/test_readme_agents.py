@@ -1,5 +1,6 @@
-"""The README's examples of "Use it from Python" and "Use it from an agent" run as written
-against a live worker."""
+"""The README's examples of "Use it from Python" and "Use it from an agent (MCP)" run as
+written against a live worker: the Python blocks saved under the name the README gives and run
+with the command it gives, the desktop snippet's command line, and the HTTP block."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import httpx2
+import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
@@ -29,16 +31,26 @@ README = ROOT / "README.md"
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
 
+AGENT = "Use it from an agent (MCP)"
+
+
 def blocks(name: str, language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```", section(README.read_text(), name), re.S | re.M)
 
 
-def run_python(code: str, nats_url: str) -> subprocess.CompletedProcess[str]:
-    """As a reader would run it from the checkout, against the test's worker."""
+def run_python(code: str, name: str, nats_url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """As the README says to run it: saved as `name` in a directory that has the checkout's
+    .venv, then `.venv/bin/python name` there; the test's worker stands in for the default."""
+    venv = Path(sys.prefix)
+    if not (venv / "bin" / "memory-worker").exists():
+        pytest.skip("the tests do not run from the project's .venv")
+    if not (cwd / ".venv").exists():
+        (cwd / ".venv").symlink_to(venv)
+    (cwd / name).write_text(code.replace(DEFAULT_URL, nats_url), encoding="utf-8")
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_WORKER_")}
     return subprocess.run(
-        [sys.executable, "-c", code.replace(DEFAULT_URL, nats_url)],
-        cwd=ROOT,
+        ["bash", "-c", f".venv/bin/python {name}"],
+        cwd=cwd,
         env=clean,
         capture_output=True,
         text=True,
@@ -46,13 +58,22 @@ def run_python(code: str, nats_url: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def saved_as(text: str, suffix: str) -> str:
+    """The file name a section tells the reader to save its example as (`example.py`)."""
+    [name] = re.findall(rf"[Ss]aved?\s+(?:it\s+)?as\s+`([a-z_]+\.{suffix})`", text)
+    return str(name)
+
+
 async def test_the_python_example_stores_recalls_and_prints_a_refusal(
-    nats_url: str, worker: App
+    nats_url: str, worker: App, tmp_path: Path
 ) -> None:
-    """The example finds what it stored and prints the worker's 400 naming `$.limit`."""
+    """Saved and run as the README says, the example finds what it stored and prints the
+    worker's 400 naming `$.limit`."""
     [code] = blocks("Use it from Python", "python")
     assert DEFAULT_URL in code
-    done = await asyncio.to_thread(run_python, code, nats_url)
+    name = saved_as(section(README.read_text(), "Use it from Python"), "py")
+    assert [c.strip() for c in blocks("Use it from Python", "sh")] == [f".venv/bin/python {name}"]
+    done = await asyncio.to_thread(run_python, code, name, nats_url, tmp_path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].endswith(" The deploy key rotates on Fridays"), lines
@@ -64,7 +85,7 @@ async def test_the_desktop_snippet_is_valid_and_its_command_line_starts_the_serv
 ) -> None:
     """The `mcpServers` JSON parses; its command with exactly its args (the test's NATS URL in
     place of the default) starts a server the SDK's client talks to over stdio."""
-    [snippet] = blocks("Use it from an agent", "json")
+    [snippet] = blocks(AGENT, "json")
     server = json.loads(snippet)["mcpServers"]["memory"]
     assert server["command"] == "memory-worker"
     args = [nats_url if arg == DEFAULT_URL else arg for arg in server["args"]]
@@ -80,6 +101,23 @@ async def test_the_desktop_snippet_is_valid_and_its_command_line_starts_the_serv
         assert isinstance(block, TextContent) and "Prefers tea to coffee" in block.text
 
 
+async def test_the_mcp_sdk_example_saves_and_finds_a_memory_through_the_server(
+    nats_url: str, worker: App, tmp_path: Path
+) -> None:
+    """The MCP SDK example, saved and run as the README says, starts `memory-worker mcp` over
+    stdio with the SDK's client, saves a memory and prints the search line that finds it."""
+    [code] = blocks(AGENT, "python")
+    assert DEFAULT_URL in code and "from mcp import Client" in code
+    name = saved_as(section(README.read_text(), AGENT), "py")
+    assert f"`.venv/bin/python {name}`" in section(README.read_text(), AGENT)
+    done = await asyncio.to_thread(run_python, code, name, nats_url, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Prefers tea to coffee" in done.stdout, done.stdout
+    async with await MemoryClient.connect(nats_url, config=CONFIG) as memory:
+        listed = await memory.list_memories(ListRequest(agent_id="a1"))
+        assert [m.content for m in listed.memories] == ["Prefers tea to coffee"]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -93,7 +131,7 @@ async def test_the_http_examples_make_tokens_and_serve_only_what_each_token_may(
     token file; `--http PORT --agent` serves team-bot to its token; with `--agent-header` on
     0.0.0.0 the gateway token acts for the team-* agent its request's header names. No token
     is 401, another token's agent 403, and a request without the header a tool error."""
-    lines = [c for c in blocks("Use it from an agent", "sh")[0].splitlines() if c.strip()]
+    lines = [c for c in blocks(AGENT, "sh")[0].splitlines() if c.strip()]
     servers = [line for line in lines if line.startswith("memory-worker mcp ")]
     setup = lines[: lines.index(servers[0])]
     assert len(servers) == 2 and all(" 0.0.0.0" not in line for line in setup)

@@ -1,4 +1,5 @@
-"""memory::recall over the bus: contract section 3 (embedder `none`, so cosine is 0)."""
+"""memory::recall over the bus: contract section 3 (embedder `none`, so cosine is 0). The tests of
+exact scores run the contract's formula (the `formula` mark); the rest run the defaults."""
 
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ def expected_score(memory: dict[str, Any], keyword: float, cosine: float = 0.0) 
     return 0.50 * cosine + 0.25 * keyword + 0.10 * recency + 0.10 * importance + 0.05 * confidence
 
 
+@pytest.mark.formula
 async def test_score_follows_the_formula_with_keyword_share(client: Client) -> None:
     await client.store("a", "The cat sat on the mat", importance=0.4, timestamp=1_000)
     [memory] = await client.recall("a", "cat dog")
     assert memory["score"] == pytest.approx(expected_score(memory, keyword=0.5), abs=1e-12)
 
 
+@pytest.mark.formula
 async def test_keywords_match_whole_casefolded_tokens_only(client: Client) -> None:
     await client.store("a", "a category of things", importance=0.5)
     [memory] = await client.recall("a", "CAT")
@@ -35,6 +38,7 @@ async def test_keywords_match_whole_casefolded_tokens_only(client: Client) -> No
     assert memory["score"] == pytest.approx(expected_score(memory, keyword=1.0), abs=1e-12)
 
 
+@pytest.mark.formula
 async def test_stopwords_are_dropped_unless_every_token_is_one(client: Client) -> None:
     await client.store("a", "the weather", importance=0.5)
     [memory] = await client.recall("a", "the weather in the city")
@@ -43,18 +47,21 @@ async def test_stopwords_are_dropped_unless_every_token_is_one(client: Client) -
     assert memory["score"] == pytest.approx(expected_score(memory, keyword=1.0), abs=1e-12)
 
 
+@pytest.mark.formula
 async def test_repeated_query_words_count_once(client: Client) -> None:
     await client.store("a", "apple pie", importance=0.5)
     [memory] = await client.recall("a", "apple apple apple banana")
     assert memory["score"] == pytest.approx(expected_score(memory, keyword=0.5), abs=1e-12)
 
 
+@pytest.mark.formula
 async def test_empty_query_scores_recency_importance_and_confidence(client: Client) -> None:
     await client.store("a", "anything", importance=0.7)
     [memory] = await client.recall("a", "")
     assert memory["score"] == pytest.approx(expected_score(memory, keyword=0.0), abs=1e-12)
 
 
+@pytest.mark.formula
 async def test_recency_halves_each_week_and_future_counts_as_now(client: Client) -> None:
     first = await client.store("a", "now-ish")
     [probe] = await client.recall("a")

@@ -1,6 +1,7 @@
-"""Adding a trigger is a registry row, its structs and one pure handler: dispatch supplies the
-time, runs the handler on the writer, fills `durationMs`, and maps its errors to the NATS service
-error headers; nats.micro groups make its subject and endpoint name."""
+"""Adding a trigger is one row, its structs and one pure handler: dispatch supplies the time,
+runs the handler on the writer, fills `durationMs`, and maps its errors to the NATS service error
+headers; nats.micro groups make its subject and endpoint name (the rest of a toy trigger's
+reach: tests/test_toy_trigger.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from schema.errors import InvalidRequest
 from worker.app import App
 from worker.bus import MemoryService
 from worker.dispatch import Dispatcher
-from worker.registry import BY_TRIGGER, READER, WRITER, Route
+from worker.registry import BY_TRIGGER
+from worker.route import Route
 from worker.telemetry import Telemetry
+from worker.writes import requested
 
 
 class EchoRequest(TriggerRequest, frozen=True):
@@ -38,7 +41,13 @@ def echo(conn: apsw.Connection, req: EchoRequest, *, now: int) -> EchoReply:
     return EchoReply(text=req.text, at=now, agents=int(str(agents)), duration_ms=0.0)
 
 
-ECHO = Route("memory::toy::echo", EchoRequest, echo, on=WRITER, reply_type=EchoReply, timed=True)
+ECHO = Route(
+    "memory::toy::echo",
+    EchoRequest,
+    reply_type=EchoReply,
+    write=requested(EchoRequest, echo),
+    timed=True,
+)
 
 
 async def test_a_toy_trigger_is_a_row_structs_and_a_pure_handler(
@@ -111,8 +120,8 @@ def test_every_listing_with_a_cursor_pages_within_a_budget_and_a_413_names_a_req
     assert {"memory::task::list", "memory::audit"} <= paged
     for route in BY_TRIGGER.values():
         if route.paged:
-            assert route.on == READER, route.trigger
-            assert "budget" in inspect.signature(route.run).parameters, route.trigger
+            assert route.read is not None, route.trigger
+            assert "budget" in inspect.signature(route.read).parameters, route.trigger
         if route.bounded_by is not None:
             keys = {field.encode_name for field in msgspec.structs.fields(route.request_type)}
             assert route.bounded_by in keys, route.trigger

@@ -14,7 +14,7 @@ import msgspec
 import nats
 import pytest
 
-from tests.support import Client
+from tests.support import Client, wait_until
 from tests.test_shards import shard_config
 from worker.db import migrate, open_db
 from worker.registry import all_writes
@@ -312,11 +312,11 @@ async def test_a_shard_backfills_missing_vectors_through_its_log(
     )  # fmt: skip
     await model.start()
     try:
-        for _ in range(100):
-            if (await client.ok("memory::stats", {}))["memoriesWithoutVector"] == 0:
-                break
-            await asyncio.sleep(0.1)
-        assert (await client.ok("memory::stats", {}))["memoriesWithoutVector"] == 0
+
+        async def all_embedded() -> bool:
+            return bool((await client.ok("memory::stats", {}))["memoriesWithoutVector"] == 0)
+
+        await wait_until(all_embedded, "the backfill gave every memory a vector")
         node = model.nodes[0]
         conn = await replayed(nc, tmp_path / "copy.db", node.applied)
         copied = conn.execute("SELECT id, embedding_model, embedding FROM memories ORDER BY id")

@@ -14,6 +14,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from tests.cluster import running_cluster
+from tests.support import wait_until
 from worker.shards.lease import BUCKET, Leases, open_bucket, preference
 from worker.shards.log import PartitionLog, ShardSetupError, Superseded
 
@@ -54,7 +55,12 @@ async def test_one_shard_holds_a_lease_until_it_stops_renewing_or_releases_it(js
     a, b = Leases(kv, "a", ttl=1.0), Leases(kv, "b", ttl=1.0)
     assert await a.acquire(3) and not await b.acquire(3)
     assert await a.renew(3) == "held" and await b.holder(3) == "a"
-    await asyncio.sleep(1.6)  # a stopped renewing: the bucket forgets its lease
+
+    async def aged_out() -> bool:  # as a shard's balance round looks before it acquires
+        return await b.holder(3) is None
+
+    # a stops renewing: the bucket forgets its lease within about a TTL, and b takes it.
+    await wait_until(aged_out, "a's lease aged out of the bucket", timeout=10)
     assert await b.acquire(3)
     assert await a.renew(3) == "lost" and 3 not in a.held
     await b.release(3)
@@ -67,10 +73,12 @@ async def test_live_shards_are_those_that_beat_within_a_ttl(js: Any) -> None:
     await a.beat()
     await b.beat()
     assert await a.live_shards() == ["a", "b"]
-    for _ in range(3):  # b falls silent; the server ages keys out within about a second
-        await asyncio.sleep(0.7)
+
+    async def only_a_beating() -> bool:  # b falls silent; the server ages its key out
         await a.beat()
-    assert await a.live_shards() == ["a"]
+        return await a.live_shards() == ["a"]
+
+    await wait_until(only_a_beating, "b left the live shards while a beats", 10, 0.2)
 
 
 def test_rendezvous_moves_only_the_partitions_a_new_shard_ranks_first_in() -> None:
@@ -102,7 +110,7 @@ async def test_an_owner_keeps_its_lease_through_the_death_of_the_buckets_leader(
         cluster.kill(cluster.node(str(info.cluster.leader)))
         verdicts: list[str] = []
         for _ in range(6):  # 24 s: the election and some renewals after it
-            await asyncio.sleep(ttl / 3)
+            await asyncio.sleep(ttl / 3)  # the owner's renewal cadence: the behaviour tested
             verdicts.append(await owner.renew(0))
             assert verdicts[-1] != "lost", verdicts
             if verdicts[-1] == "held":

@@ -6,7 +6,6 @@ single worker did: same memories, same ids."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import subprocess
 import sys
@@ -139,8 +138,7 @@ async def test_split_puts_every_row_in_its_agents_partition_and_shards_answer_wi
     finally:
         await nc.close()
         for app in apps:
-            with contextlib.suppress(Exception):
-                await app.stop()
+            await app.stop()
 
     refused = await asyncio.to_thread(
         split, "--db", str(db), "--out", str(tmp_path / "again"), "--upload", nats_url=nats_url

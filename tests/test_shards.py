@@ -11,13 +11,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import apsw
 import nats
 import pytest
 
 from tests.conftest import worker_config
-from tests.support import Client
+from tests.support import Client, wait_until
 from worker.shards.app import ShardApp
-from worker.shards.lease import preference
+from worker.shards.lease import lease_of, preference
 from worker.shards.partition import partition_of
 
 PARTITIONS = 8
@@ -46,8 +47,7 @@ async def shards(nats_url: str, root: Path, *names: str) -> AsyncIterator[list[S
         yield apps
     finally:
         for app in apps:
-            with contextlib.suppress(Exception):
-                await app.stop()
+            await app.stop()
 
 
 async def settled(apps: list[ShardApp], timeout: float = 4 * TTL) -> None:
@@ -112,6 +112,38 @@ async def test_a_shard_that_dies_is_replaced_within_two_ttls_and_loses_nothing(
         await nc.close()
 
 
+async def test_an_owner_that_renewed_no_lease_for_a_ttl_writes_nothing_to_the_log(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """An owner whose last renewal was sent a TTL ago by its own clock (a process paused that
+    long) refuses a write before it reaches the log, even when no other shard appended since
+    (the log's expected sequence would let it through): nothing is stored, the log is as it
+    was, the shard no longer owns the partition, and the caller gets 503 to retry."""
+    async with shards(nats_url, tmp_path, "s1") as (app,):
+        nc = await nats.connect(nats_url)
+        client = Client(nc)
+        await client.store("a", "stored while the lease is fresh")
+        partition = partition_of("", "a", PARTITIONS)
+        node, plog, leases = app.owned(partition), app.plog, app.leases
+        assert node is not None and plog is not None and leases is not None
+        last = await plog.last_seq(partition)
+        assert app._balancer is not None
+        app._balancer.cancel()  # no renewal from now on, as in a paused process
+        await asyncio.wait([app._balancer])
+        clock = leases.clock
+        leases.clock = lambda: clock() + TTL  # a TTL since the last renewal, by its own clock
+        reply = await client.call("memory::store", {"agentId": "a", "content": "stale write"})
+        assert reply.code == "503", reply
+        assert await plog.last_seq(partition) == last
+        assert app.owned(partition) is None
+        conn = apsw.Connection(str(node.path), flags=apsw.SQLITE_OPEN_READONLY)
+        assert conn.execute("SELECT content FROM memories").fetchall() == [
+            ("stored while the lease is fresh",)
+        ]
+        conn.close()
+        await nc.close()
+
+
 async def test_evict_consolidate_and_stats_without_an_agent_add_up_over_every_partition(
     nats_url: str, tmp_path: Path
 ) -> None:
@@ -157,13 +189,13 @@ async def test_the_cluster_command_shows_owners_standbys_applied_sequences_and_l
     import subprocess
     import sys
 
-    async with shards(nats_url, tmp_path, "s1", "s2"):
+    async with shards(nats_url, tmp_path, "s1", "s2") as apps:
         nc = await nats.connect(nats_url)
         client = Client(nc)
         for n in range(12):
             await client.store(f"agent-{n}", "a note")
         await nc.close()
-        await asyncio.sleep(TTL / 3 + 0.3)  # every owner renewed with what it applied
+        await wait_until(lambda: renewed(apps), "every owner renewed with what it applied")
         command = [sys.executable, "-m", "worker", "cluster", "--json", "--nats-url", nats_url]
         done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
@@ -179,6 +211,18 @@ async def test_the_cluster_command_shows_owners_standbys_applied_sequences_and_l
             subprocess.run, [*command[:-3], "--nats-url", nats_url], capture_output=True, text=True
         )
         assert table.returncode == 0 and "shards alive: s1, s2" in table.stdout
+
+
+async def renewed(apps: list[ShardApp]) -> bool:
+    """Whether each lease names the sequence its owner has applied (a renewal since)."""
+    for app in apps:
+        assert app.leases is not None
+        for partition, node in app.nodes.items():
+            if node.owner:
+                holder = await lease_of(app.leases.kv, partition)
+                if holder is None or holder.applied != node.applied:
+                    return False
+    return True
 
 
 async def test_the_cluster_command_on_a_nats_without_shards_says_so(nats_url: str) -> None:
@@ -204,11 +248,11 @@ async def test_durable_ingestion_reaches_each_agents_partition_owner(
             body = msgspec.json.encode({"agentId": f"agent-{n}", "content": f"ingested {n}"})
             await js.publish("memory.ingest.store", body)
         client = Client(nc)
-        for _ in range(100):
-            if (await client.ok("memory::stats", {}))["memories"] == 12:
-                break
-            await asyncio.sleep(0.1)
-        assert (await client.ok("memory::stats", {}))["memories"] == 12
+
+        async def all_stored() -> bool:
+            return bool((await client.ok("memory::stats", {}))["memories"] == 12)
+
+        await wait_until(all_stored, "the 12 ingested stores")
         logged = sum(node.applied for app in apps for node in app.nodes.values() if node.owner)
         assert logged >= 1
         [found] = await client.recall("agent-3", "ingested")
@@ -241,13 +285,14 @@ async def test_a_shard_joining_under_load_takes_partitions_over_losing_and_doubl
                     acknowledged[content] = reply.body["id"]
 
         writers = [asyncio.create_task(load()) for _ in range(4)]
-        await asyncio.sleep(1.0)
+        await wait_until(lambda: len(acknowledged) >= 40, "40 stores before the third shard")
         third = ShardApp(shard_config(nats_url, tmp_path, "s3"))
         await third.start()
         try:
             await settled([*apps, third], timeout=6 * TTL)
             assert any(third.owned(k) for k in range(PARTITIONS))
-            await asyncio.sleep(1.0)
+            before = len(acknowledged)
+            await wait_until(lambda: len(acknowledged) >= before + 40, "40 stores after it")
             stop.set()
             await asyncio.gather(*writers)
             assert len(acknowledged) > 50

@@ -14,19 +14,23 @@ from typing import Any
 
 import apsw
 import nats
+import nats.errors
+import nats.js.errors
 import pytest
 
 from tests.cluster import Cluster, running_cluster
 from tests.shard_processes import (
     Shard,
     kill_shard,
+    logged,
     pause_shard,
     resume_shard,
     start_shard,
     stop_shard,
 )
-from tests.support import Client
+from tests.support import Client, wait_until
 from worker.shards.lease import BUCKET
+from worker.shards.log import stream_name
 from worker.shards.partition import partition_of
 
 pytestmark = pytest.mark.slow
@@ -61,19 +65,20 @@ async def every_agent_answers(client: Client, timeout: float) -> float:
     """Seconds until a recall of every agent succeeds."""
     started = time.monotonic()
     pending = set(AGENTS)
-    while pending:
-        assert time.monotonic() - started < timeout, sorted(pending)
+
+    async def all_answered() -> bool:
         for agent in sorted(pending):
             try:
                 reply = await client.call(
                     "memory::recall", {"agentId": agent, "query": "note"}, timeout=2
                 )
-            except Exception:
+            except (nats.errors.Error, TimeoutError):  # its partition is moving: again
                 continue
             if reply.ok:
                 pending.discard(agent)
-        if pending:
-            await asyncio.sleep(0.1)
+        return not pending
+
+    await wait_until(all_answered, f"a recall of every agent answered ({pending} not)", timeout)
     return time.monotonic() - started
 
 
@@ -90,7 +95,7 @@ async def load(
             reply = await client.call(
                 "memory::store", {"agentId": agent, "content": content}, timeout=5
             )
-        except Exception:
+        except (nats.errors.Error, TimeoutError):  # not acknowledged: nothing to check
             continue
         if reply.ok:
             acknowledged[agent, content] = reply.body["id"]
@@ -100,7 +105,7 @@ async def lease_holder(js: Any, partition: int) -> str | None:
     kv = await js.key_value(BUCKET)
     try:
         entry = await kv.get(f"lease.{partition}")
-    except Exception:
+    except nats.js.errors.KeyNotFoundError:
         return None
     return None if not entry.value else str(entry.value.decode().split('"')[3])
 
@@ -113,7 +118,7 @@ async def test_kill_9_of_the_lease_leader_and_a_shard_under_load_loses_no_acknow
         acknowledged: dict[tuple[str, str], str] = {}
         stop = asyncio.Event()
         writer = asyncio.create_task(load(client, acknowledged, stop))
-        await asyncio.sleep(2)
+        await wait_until(lambda: len(acknowledged) >= 30, "30 stores before the kills")
         js = nc.jetstream()
         held = [await lease_holder(js, k) for k in range(PARTITIONS)]
         victim = max(shards, key=lambda shard: held.count(shard.name))
@@ -123,7 +128,8 @@ async def test_kill_9_of_the_lease_leader_and_a_shard_under_load_loses_no_acknow
         cluster.kill(cluster.node(str(info.cluster.leader)))
         kill_shard(victim)
         back = await every_agent_answers(client, timeout=6 * TTL)
-        await asyncio.sleep(2)
+        after = len(acknowledged)
+        await wait_until(lambda: len(acknowledged) >= after + 30, "30 stores after the failover")
         stop.set()
         await writer
         assert len(acknowledged) > 50
@@ -139,30 +145,67 @@ async def test_kill_9_of_the_lease_leader_and_a_shard_under_load_loses_no_acknow
 async def test_a_paused_owner_replaced_by_another_shard_has_its_writes_refused_and_steps_down(
     tmp_path: Path,
 ) -> None:
+    """SIGSTOP of a partition's owner: another shard takes the lease over and serves. Writes
+    sent meanwhile that the queue group gave the paused shard wait in its subscription; when it
+    wakes it still believes it owns the partition and runs them, and they are refused (its lease
+    is stale, and the log moved on past the sequence it expects): it steps down, the new owner
+    never has a write refused, and both copies end the same."""
     async with sharded(tmp_path, ("s1", "s2")) as (_, (nc, shards)):
         client = Client(nc)
         js = nc.jetstream()
-        agent = AGENTS[0]
+        # The partition a woken shard's renewal round reaches last: the held writes meet an
+        # owner that has not yet learnt from the bucket that its lease is gone.
+        agent = max(AGENTS, key=lambda name: partition_of("", name, PARTITIONS))
         partition = partition_of("", agent, PARTITIONS)
         owner_name = await lease_holder(js, partition)
         owner = next(shard for shard in shards if shard.name == owner_name)
         other = next(shard for shard in shards if shard is not owner)
         assert (await client.call("memory::kg::add", add(agent, "before"))).ok
         pause_shard(owner)
-        deadline = time.monotonic() + 6 * TTL
-        while await lease_holder(js, partition) != other.name:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.2)
+
+        async def taken_over() -> bool:
+            return bool(await lease_holder(js, partition) == other.name)
+
+        await wait_until(taken_over, f"{other.name} holding the lease", 6 * TTL, 0.2)
+        await writes_left_with_the_paused_shard(client, agent, count=3)
         for n in range(5):  # through the new owner; the paused shard still holds its
             await until_ok(client, add(agent, f"during{n}"))  # subscriptions: retried
         resume_shard(owner)
-        for n in range(20):  # some reach the woken shard first: refused there, retried
+
+        def refused(shard: Shard) -> list[dict[str, Any]]:
+            return [e for e in logged(shard, "shard.write_refused") if e["partition"] == partition]
+
+        await wait_until(
+            lambda: refused(owner), f"the woken {owner.name} refusing the writes it held", 2 * TTL
+        )
+        for n in range(20):  # some reach the woken shard first: forwarded or retried
             await until_ok(client, add(agent, f"after{n}"))
-        await asyncio.sleep(2 * TTL)  # the woken shard steps down and follows as standby
         files = [tmp_path / shard.name / f"p{partition:04d}.db" for shard in shards]
-        contents = [entities_in(path, agent) for path in files if path.exists()]
-        assert len(contents) == 2 and contents[0] == contents[1], contents
+
+        async def same_copies() -> bool:  # the woken shard follows the log again
+            last = int((await js.stream_info(stream_name(partition))).state.last_seq)
+            return all(path.exists() and applied_in(path, partition) == last for path in files)
+
+        await wait_until(same_copies, "both copies applied the partition's whole log", 4 * TTL)
+        contents = [entities_in(path, agent) for path in files]
+        assert contents[0] == contents[1], contents
         assert {"before", "during0", "after19"} <= set(contents[0])
+        assert refused(other) == []  # no write of the paused shard got into the log
+        stepped_down = [e for e in logged(owner, "shard.steps_down") if e["partition"] == partition]
+        assert stepped_down, f"{owner.name} never stepped down from partition {partition}"
+
+
+async def writes_left_with_the_paused_shard(client: Client, agent: str, count: int) -> None:
+    """Send writes until `count` of them got no answer: the queue group gave those to the
+    paused shard, whose subscription holds them until it wakes."""
+    unanswered = sent = 0
+    while unanswered < count:
+        assert sent < 10 * count, f"only {unanswered} of {sent} writes were left unanswered"
+        sent += 1
+        try:
+            await client.call("memory::kg::add", add(agent, f"held{sent}"), timeout=1.0)
+        except nats.errors.TimeoutError:
+            unanswered += 1
 
 
 async def until_ok(client: Client, payload: dict[str, Any], timeout: float = 30.0) -> None:
@@ -171,12 +214,22 @@ async def until_ok(client: Client, payload: dict[str, Any], timeout: float = 30.
     while True:
         try:
             reply = await client.call("memory::kg::add", payload, timeout=1.5)
-        except Exception:
+        except nats.errors.TimeoutError:  # it went to the paused shard
             reply = None
         if reply is not None and reply.ok:
             return
         assert time.monotonic() < deadline, reply
         await asyncio.sleep(0.1)
+
+
+def applied_in(path: Path, partition: int) -> int:
+    """The log sequence a partition's file has committed (its shard_log row)."""
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        rows = conn.execute("SELECT applied FROM shard_log WHERE partition = ?", (partition,))
+        return int(rows.get or 0)
+    finally:
+        conn.close()
 
 
 def entities_in(path: Path, agent: str) -> list[str]:

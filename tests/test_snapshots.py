@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import nats
 
-from tests.support import Client
+from tests.support import Client, wait_until
 from tests.test_replay import rows
 from tests.test_shards import PARTITIONS, TTL, shard_config, shards
 from worker.shards.app import ShardApp
@@ -76,24 +75,27 @@ async def test_the_owners_task_snapshots_each_changed_partition_every_interval(
         assert app.snapshots is not None
         await Client(nc).store("agent-0", "a note")
         changed = next(node for node in app.nodes.values() if node.applied > 0)
-        task = asyncio.create_task(snapshot_forever(app.snapshots, app.nodes.values, 0.2))
+        rounds = [0]  # the task asks for the partitions it owns at the start of each round
+
+        def owned() -> Any:
+            rounds[0] += 1
+            return app.nodes.values()
+
+        task = asyncio.create_task(snapshot_forever(app.snapshots, owned, 0.2))
         try:
-            await wait_for_async(lambda: app.snapshots.kept(changed.partition))  # type: ignore[union-attr]
+            await wait_until(
+                lambda: app.snapshots.kept(changed.partition),  # type: ignore[union-attr]
+                "a snapshot of the changed partition",
+                timeout=5,
+            )
             kept = await app.snapshots.kept(changed.partition)
             assert [s.applied for s in kept] == [changed.applied]  # one, not one per interval
-            await asyncio.sleep(0.5)
+            seen = rounds[0]  # the round under way, and one whole round after it:
+            await wait_until(lambda: rounds[0] >= seen + 2, "a whole round of the task")
             assert await app.snapshots.kept(changed.partition) == kept
         finally:
             task.cancel()
     await nc.close()
-
-
-async def wait_for_async(found: Callable[[], Any], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await found():
-        assert loop.time() < deadline, "not within the time"
-        await asyncio.sleep(0.1)
 
 
 async def test_a_shard_whose_file_is_older_than_the_trimmed_log_restores_the_snapshot_first(
@@ -149,7 +151,7 @@ async def test_a_standby_that_fell_behind_the_trim_restores_the_snapshot_and_fol
         agent = next(f"agent-{n}" for n in range(100) if owner_partition(f"agent-{n}") == 0)
         await client.store(agent, "one")
         behind = standby.nodes[0]
-        await wait_for(lambda: behind.applied == owner.nodes[0].applied)
+        await wait_until(lambda: behind.applied == owner.nodes[0].applied, "the standby caught up")
         await behind.stop_following()
         stale = behind.applied
         for text in ("two", "three", "four"):
@@ -157,9 +159,13 @@ async def test_a_standby_that_fell_behind_the_trim_restores_the_snapshot_and_fol
         assert await owner.snapshots.take(owner.nodes[0]) is not None
         behind.follow()
         await client.store(agent, "five")  # the first batch the follower sees is past a gap
-        await wait_for(lambda: behind.applied == owner.nodes[0].applied)
+        await wait_until(
+            lambda: behind.applied == owner.nodes[0].applied, "the standby restored and caught up"
+        )
         assert behind.applied > stale + 1
-        await wait_for(lambda: rows(behind.path) == rows(owner.nodes[0].path))
+        await wait_until(
+            lambda: rows(behind.path) == rows(owner.nodes[0].path), "the standby's rows the owner's"
+        )
     await nc.close()
 
 
@@ -167,11 +173,3 @@ def owner_partition(agent: str) -> int:
     from worker.shards.partition import partition_of
 
     return partition_of("", agent, PARTITIONS)
-
-
-async def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "not within the time"
-        await asyncio.sleep(0.05)

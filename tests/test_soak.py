@@ -18,7 +18,7 @@ import apsw
 import nats
 import pytest
 
-from tests.support import Client
+from tests.support import Client, wait_for_service
 from worker.bench.command import rss_mb
 
 CLIENTS = 32
@@ -74,12 +74,7 @@ async def test_mixed_load_for_two_minutes_has_no_errors_and_loses_nothing(
     nc = await nats.connect(nats_url)
     client = Client(nc)
     try:
-        for _ in range(100):
-            try:
-                await nc.request("$SRV.PING.memory", b"", timeout=0.5)
-                break
-            except Exception:
-                await asyncio.sleep(0.2)
+        await wait_for_service(nc, timeout=30)
         rss_start = rss_mb(worker.pid)
         acknowledged: dict[str, str] = {}
         errors: list[str] = []
@@ -88,7 +83,7 @@ async def test_mixed_load_for_two_minutes_has_no_errors_and_loses_nothing(
         async def maintenance() -> int:
             fired = 0
             while time.monotonic() < deadline:
-                await asyncio.sleep(SECONDS / 6)
+                await asyncio.sleep(SECONDS / 6)  # the load's shape: maintenance now and then
                 for trigger in ("memory::evict", "memory::consolidate"):
                     reply = await client.call(trigger, {"minImportance": 0.5}
                                               if trigger == "memory::evict" else {})  # fmt: skip

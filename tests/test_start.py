@@ -46,9 +46,11 @@ def environment(**settings: str) -> dict[str, str]:
 class Worker:
     """`memory-worker run` in cwd, its stderr read on a thread."""
 
+    command: tuple[str, ...] = (*WORKER, "run")
+
     def __init__(self, cwd: Path, *args: str, **settings: str) -> None:
         self.process = subprocess.Popen(
-            [*WORKER, "run", *args],
+            [*self.command, *args],
             cwd=cwd,
             env=environment(**settings),
             stdin=subprocess.DEVNULL,
@@ -136,10 +138,47 @@ def refuse(cwd: Path, *args: str, **settings: str) -> subprocess.CompletedProces
     )
 
 
-def readme_refusal() -> str:
-    start_it = README.read_text().split("## Start it\n", 1)[1].split("\n## ", 1)[0]
-    [line] = [line for line in start_it.splitlines() if " is in use by " in line]
+def documented_refusal() -> str:
+    """The refusal docs/operating.md "Starting and stopping" shows."""
+    page = (README.parent / "docs" / "operating.md").read_text()
+    starting = page.split("## Starting and stopping\n", 1)[1].split("\n## ", 1)[0]
+    [line] = [line for line in starting.splitlines() if " is in use by " in line]
     return line
+
+
+def readme_ready_word() -> str:
+    """The word README "Start it" tells a script to wait for."""
+    start_it = README.read_text().split("## Start it\n", 1)[1].split("\n## ", 1)[0]
+    [word] = re.findall(r"a script waits for `([^`]+)`", start_it)
+    return str(word)
+
+
+class Started(Worker):
+    """`scripts/start` itself, as a reader runs it."""
+
+    command = (str(README.parent / "scripts" / "start"),)
+
+
+def test_scripts_start_prints_the_ready_word_only_once_the_worker_serves(
+    tmp_path: Path, workers: list[Worker]
+) -> None:
+    """scripts/start's own banner does not contain the word README tells a script to wait for,
+    so the first stderr line holding it is the worker's own, logged once it serves: `check`
+    answers then."""
+    word = readme_ready_word()
+    port = free_port()
+    started = Started(tmp_path, embedded_port=str(port))
+    workers.append(started)
+    deadline = time.monotonic() + 60
+    while not any(word in line for line in started.lines):
+        assert started.process.poll() is None, started.lines
+        assert time.monotonic() < deadline, started.lines
+        time.sleep(0.05)  # polls the reader thread's lines; the event is the line itself
+    line = next(line for line in started.lines if word in line)
+    assert line.startswith("{") and json.loads(line)["event"] == word, (
+        f"the first line holding {word!r} is not the worker's own: {line!r}"
+    )
+    assert check(port) == 0
 
 
 def test_a_second_start_in_the_same_data_directory_is_refused_in_one_line_leaving_the_first(
@@ -147,7 +186,7 @@ def test_a_second_start_in_the_same_data_directory_is_refused_in_one_line_leavin
 ) -> None:
     """With the first worker's embedded server up, a start on the same database (another port,
     then the same port) exits 1 with one line naming the holder and the --nats-url to add a
-    worker instead, as README "Start it" shows; the first still answers `check`, and a worker
+    worker instead, as docs/operating.md shows; the first still answers `check`, and a worker
     started with that --nats-url serves beside it."""
     first_port, other_port = free_port(), free_port()
     first = Worker(tmp_path, "--db", "data/memory.db", embedded_port=str(first_port))
@@ -162,7 +201,7 @@ def test_a_second_start_in_the_same_data_directory_is_refused_in_one_line_leavin
         second = refuse(tmp_path, "--db", "data/memory.db", embedded_port=str(port))
         assert (second.returncode, second.stderr.splitlines()) == (1, [expected])
     assert not accepts(other_port)
-    shown = re.sub(r"pid \d+", f"pid {first.process.pid}", readme_refusal())
+    shown = re.sub(r"pid \d+", f"pid {first.process.pid}", documented_refusal())
     assert shown == expected.replace(str(first_port), "4222")
     assert first.process.poll() is None and check(first_port) == 0
     added = Worker(tmp_path, "--db", "data/memory.db", "--nats-url", url)

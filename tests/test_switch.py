@@ -3,7 +3,6 @@ agent's store, recall, maintenance, stats, ingestion, audit, export and erase do
 
 from __future__ import annotations
 
-import asyncio
 import io
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,7 @@ import msgspec
 import nats
 
 from tests.conftest import worker_config
-from tests.support import Client
-from tests.test_ingest import wait_until
+from tests.support import Client, wait_until
 from tests.test_life import sql
 from worker.app import App
 from worker.transfer.exporting import export_jsonl
@@ -116,17 +114,22 @@ async def test_an_ingested_store_for_a_switched_off_agent_writes_nothing(
         await js.publish(
             "memory.ingest.toggle", msgspec.json.encode({"agentId": "a", "enabled": False})
         )
-        await wait_until(lambda: sql(app, "SELECT count(*) FROM agent_switch") == [(1,)])
+        await wait_until(
+            lambda: sql(app, "SELECT count(*) FROM agent_switch") == [(1,)], "the switch row"
+        )
         await js.publish(
             "memory.ingest.store", msgspec.json.encode({"agentId": "a", "content": "private"})
         )
         await js.publish(
             "memory.ingest.store", msgspec.json.encode({"agentId": "b", "content": "public"})
         )
-        await wait_until(lambda: sql(app, "SELECT count(*) FROM memories") == [(1,)])
-        await asyncio.sleep(0.3)  # the stream is a work queue: both were handled by now
+
+        # The stream is a work queue: a message leaves it once the worker handled it.
+        async def handled() -> bool:
+            return bool((await js.stream_info("MEMORY_INGEST")).state.messages == 0)
+
+        await wait_until(handled, "both ingested stores handled (MEMORY_INGEST empty)")
         assert sql(app, "SELECT agent_id FROM memories") == [("b",)]
-        assert (await js.stream_info("MEMORY_INGEST")).state.messages == 0
         assert await client.recall("a", "private") == []
     finally:
         await nc.close()

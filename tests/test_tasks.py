@@ -12,8 +12,7 @@ import msgspec
 import nats
 
 from tests.conftest import worker_config
-from tests.support import Client
-from tests.test_ingest import wait_until
+from tests.support import Client, wait_until
 from tests.test_life import sql
 from worker.app import App
 
@@ -108,7 +107,7 @@ async def test_a_claim_that_times_out_is_pending_again_and_its_claimer_cannot_co
     assert await claim(client, "b") is None
     listed = await client.ok("memory::task::list", {"status": "claimed"})
     assert [t["taskId"] for t in listed["tasks"]] == [task_id]
-    await asyncio.sleep(1.1)
+    await asyncio.sleep(1.1)  # the claim's timeout passing is the behaviour tested
     pending = await client.ok("memory::task::list", {"status": "pending"})
     assert [(t["taskId"], t["claimedBy"]) for t in pending["tasks"]] == [(task_id, None)]
     assert (await client.ok("memory::task::list", {"status": "claimed"}))["tasks"] == []
@@ -180,7 +179,9 @@ async def test_task_writes_are_audited_with_task_ids_and_post_is_ingestible(
         await nc.jetstream().publish(
             "memory.ingest.task.post", msgspec.json.encode({"title": "queued", "createdBy": "c"})
         )
-        await wait_until(lambda: sql(worker, "SELECT title FROM tasks") == [("queued",)])
+        await wait_until(
+            lambda: sql(worker, "SELECT title FROM tasks") == [("queued",)], "the ingested task"
+        )
         task = await claim(client, "a")
         await client.ok("memory::task::complete", {"agentId": "a", "taskId": task["taskId"],
                                                    "result": "ok"})  # fmt: skip

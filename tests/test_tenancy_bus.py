@@ -4,7 +4,6 @@ users of TEAM_A, carol of TEAM_B; `operator` is in the worker's own account."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +13,7 @@ import msgspec
 import pytest
 
 from tests.shipped_nats import TenantBus, tenant_bus
-from tests.support import Client, Reply
+from tests.support import Client, Reply, wait_until
 
 
 @pytest.fixture
@@ -72,20 +71,29 @@ async def test_no_other_user_or_tenant_can_read_a_users_replies_from_any_inbox(
     async def note(msg: Any) -> None:
         overheard.append(msg.subject)
 
+    spies = []
     for spy in (bob, carol):
         for subject in ("_INBOX.>", "_INBOX_alice.>", ">"):
-            await spy.nc.subscribe(subject, cb=note)
+            spies.append(await spy.nc.subscribe(subject, cb=note))
         await spy.nc.flush()
-    await asyncio.sleep(0.3)  # the server's -ERR arrives after the flush
+
+    def refused(name: str) -> list[str]:
+        return [e for e in bus.errors[name] if "permissions violation for subscription" in e]
+
+    # The server's -ERR for each subscription arrives after the flush.
+    await wait_until(
+        lambda: len(refused("bob")) >= 3 and len(refused("carol")) >= 3,
+        "the server refused bob's and carol's three subscriptions each",
+    )
     for name in ("bob", "carol"):
-        refused = [e for e in bus.errors[name] if "permissions violation for subscription" in e]
-        assert len(refused) == 3, bus.errors[name]
+        assert len(refused(name)) == 3, bus.errors[name]
 
     await alice.store("a1", "a reply only alice may read")
     assert contents(await alice.recall("a1", "reply")) == ["a reply only alice may read"]
     await bob.store("b1", "bob still gets his own replies")
-    await asyncio.sleep(0.3)
-    assert overheard == []
+    for spy in (bob, carol):  # what the server sent a spy before this round trip has arrived
+        await spy.nc.flush()
+    assert overheard == [] and sum(sub.pending_msgs for sub in spies) == 0
 
 
 async def test_evict_and_consolidate_from_one_tenant_leave_another_tenants_memories(
@@ -127,8 +135,11 @@ async def test_a_tenant_can_neither_publish_dead_letters_nor_subscribe_to_memory
     await alice.nc.publish("memory.deadletter.store", b'{"agentId": "a1"}')
     await alice.nc.subscribe("memory.>")
     await alice.nc.flush()
-    await asyncio.sleep(0.3)
     errors = bus.errors["alice"]
+    await wait_until(  # the server's -ERRs arrive after the flush
+        lambda: sum("permissions violation" in e for e in errors) >= 3,
+        "the server refused alice's two publishes and her subscription",
+    )
     assert sum("permissions violation for publish" in e for e in errors) == 2, errors
     assert any("permissions violation for subscription" in e for e in errors), errors
     assert (await js.stream_info("MEMORY_DEADLETTER")).state.messages == 0

@@ -10,8 +10,7 @@ from typing import Any
 import msgspec
 import nats
 
-from tests.support import Client
-from tests.test_ingest import wait_until
+from tests.support import Client, wait_until
 from tests.test_life import sql
 from worker.app import App
 
@@ -112,7 +111,9 @@ async def test_records_are_audited_by_count_and_ingestible(nats_url: str, worker
                 {"agentId": "a", "model": "m", "promptTokens": 7, "completionTokens": 0}
             ),
         )
-        await wait_until(lambda: sql(worker, "SELECT count(*) FROM usage") == [(2,)])
+        await wait_until(
+            lambda: sql(worker, "SELECT count(*) FROM usage") == [(2,)], "both usage records"
+        )
         total = (await query(client, "agent"))["total"]
         assert total["promptTokens"] == 12 and total["events"] == 2
         events = (await client.ok("memory::audit", {"agentId": "a"}))["events"]

@@ -3,7 +3,6 @@ formula; the codes follow every write; a bad setting stops start-up."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -207,7 +206,9 @@ async def test_codes_follow_store_update_delete_and_re_embedding_over_the_bus(
         old = index.agent(("", "a")).vectors["bus"][index.agent(("", "a")).slot_of(ids[5])].copy()
         await client.ok("memory::update", {"agentId": "a", "id": ids[5], "content": "moved"})
         await client.ok("memory::delete", {"agentId": "a", "ids": [ids[6]]})
-        await asyncio.sleep(0.2)  # the recall's access write, applied after its commit
+        # Every write queued so far (the recall's access counts too) committed and in the
+        # index: the writer runs jobs in order, and this one after them.
+        await app.services.writer.run(lambda conn: None, durable=False)
         agent = index.agent(("", "a"))
         assert not np.array_equal(agent.vectors["bus"][agent.slot_of(ids[5])], old)
         assert agent.slot_of(ids[6]) is None

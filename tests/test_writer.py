@@ -13,6 +13,7 @@ from typing import Any
 import apsw
 import pytest
 
+from tests.support import wait_until
 from worker.db import migrate, open_db
 from worker.writer import Writer
 
@@ -94,9 +95,14 @@ async def one_batch(
     held = asyncio.create_task(writer.run(hold))
     assert await asyncio.to_thread(entered.wait, 10)
     tasks = [asyncio.create_task(writer.run(job, durable=durable)) for job, durable in jobs]
-    await asyncio.sleep(0)  # each task runs up to its await: its job is queued
+    await queued(writer, len(jobs))
     assert not any(task.done() for task in tasks)
     return [held, *tasks], gate
+
+
+async def queued(writer: Writer, count: int) -> None:
+    """Until `count` jobs wait in the writer's queue (behind one it is held in)."""
+    await wait_until(lambda: writer._jobs.qsize() == count, f"{count} jobs queued", timeout=10)
 
 
 async def settle(tasks: list[asyncio.Task[Any]]) -> list[Any]:
@@ -164,7 +170,7 @@ async def test_after_commit_runs_before_any_reply_of_the_batch_is_released(
     events: list[tuple[str, float]] = []
 
     def after_commit(_: apsw.Connection) -> None:
-        time.sleep(0.2)  # a reply released before the hook would be seen meanwhile
+        time.sleep(0.2)  # a slow hook on purpose: a reply released before it would show
         events.append(("hook", time.monotonic()))
 
     conn = open_db(db_path)
@@ -179,7 +185,7 @@ async def test_after_commit_runs_before_any_reply_of_the_batch_is_released(
 
         tasks, gate = await one_batch(writer, [])
         replies = [asyncio.create_task(store(f"m{n}")) for n in range(5)]
-        await asyncio.sleep(0)
+        await queued(writer, 5)
         gate.set()
         await settle(tasks)
         seen = await asyncio.wait_for(asyncio.gather(*replies), 10)
@@ -222,7 +228,7 @@ async def test_stop_finishes_the_queued_jobs_before_the_thread_ends(
     """Jobs queued when stop() is called are run, committed and answered."""
     tasks, gate = await one_batch(writer, [(put(f"m{n}"), True) for n in range(5)])
     stopping = asyncio.create_task(asyncio.to_thread(writer.stop))
-    await asyncio.sleep(0.05)
+    await queued(writer, 5 + 1)  # stop() queued its end behind the five, and waits
     assert not stopping.done()  # stop waits for the held job and the queue behind it
     gate.set()
     await asyncio.wait_for(stopping, 10)

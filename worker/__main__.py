@@ -11,11 +11,12 @@ from typing import Any, NoReturn
 
 import apsw
 
-from worker import commands
+from worker import commands, nats_config
 from worker.commands import EXIT_CODES, Exit
 from worker.config import ConfigError, load_config, nats_setting_problem
 from worker.db import DatabaseTooNew, migrate, open_db, unusable
 from worker.logs import configure_logging
+from worker.nats_config import tenant_arg
 from worker.redact import redact
 
 
@@ -51,12 +52,15 @@ def _client(commands: Any, name: str, help: str, timeout: float) -> argparse.Arg
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="memory-worker", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"memory-worker {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the worker until SIGTERM or SIGINT")
     run.add_argument("--nats-url", help="NATS server to serve on (default: embedded server)")
     run.add_argument("--db", dest="db_path", help="SQLite file (default ./data/memory.db)")
     fire = _client(commands, "fire", "send one trigger and print the reply as JSON", 30.0)
-    fire.add_argument("trigger", help="trigger name, e.g. memory::evict")
+    fire.add_argument(
+        "trigger", help="trigger name, e.g. memory::evict, or its subject, e.g. memory.evict"
+    )
     fire.add_argument("payload", nargs="?", default="{}", help="JSON request, or - for stdin")
     stats = _client(commands, "stats", "ask a running worker what it has done and holds", 10.0)
     stats.add_argument("--json", action="store_true", help="the memory::stats reply as JSON")
@@ -102,6 +106,16 @@ def _parser() -> argparse.ArgumentParser:
         help="agent ids or fnmatch patterns the token may act for, e.g. 'alice-*'",
     )
     token.add_argument("--file", help="add the entry to this token file (made 0600 if new)")
+    nats_conf = commands.add_parser(
+        "nats-config", help="print the NATS server config: accounts, exports, imports per trigger"
+    )
+    nats_conf.add_argument(
+        "--tenant",
+        action="append",
+        type=tenant_arg,
+        metavar="ACCOUNT=USER,...",
+        help="a tenant account and its users (repeat; default: the examples TEAM_A, TEAM_B)",
+    )
     bench = commands.add_parser("bench", help="measure latency, throughput, RSS and quality")
     from worker.bench.command import add_arguments
 
@@ -137,6 +151,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml), as pip and bug reports name it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("memory-worker")
+    except PackageNotFoundError:  # run from a tree that was never installed
+        return "unknown (not installed)"
+
+
 def _count(text: str) -> int:
     try:
         value = int(text)
@@ -161,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "token":  # needs no configuration: it only makes a secret
         return commands.token(args)
+    if args.command == "nats-config":  # nor this: it prints the trigger table's config
+        return nats_config.command(args)
     flags = {key: getattr(args, key, None) for key in ("nats_url", "db_path")}
     if flags["nats_url"] is not None and (problem := nats_setting_problem(flags["nats_url"])):
         print(f"memory-worker: --nats-url: {problem}", file=sys.stderr)

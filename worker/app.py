@@ -34,10 +34,8 @@ from worker.config import Config
 from worker.db import DatabaseUnusable, migrate, open_db, quick_check, unusable
 from worker.dispatch import Dispatcher
 from worker.embedded import EmbeddedServer
-from worker.embedders import Embedder, NoEmbedder
-from worker.embedders.bus import BusEmbedder
+from worker.embedders.configured import make_embedder
 from worker.embedders.hashing import HashingModel
-from worker.embedders.local import BatchingEmbedder, LocalModel
 from worker.ingest import Ingest
 from worker.metrics import MetricsServer
 from worker.readers import Readers
@@ -46,6 +44,7 @@ from worker.recall_index.index import MemoryIndex
 from worker.recalls_first import RecallsFirst
 from worker.redact import redact
 from worker.registry import ROUTES
+from worker.route import Route
 from worker.services import Services, wall_clock_ms
 from worker.telemetry import JobRecord, Telemetry
 from worker.tenancy import load_grants
@@ -59,40 +58,17 @@ DRAIN_SECONDS = 8.0
 SWITCH_INTERVAL_S = 0.0005
 
 
-def make_embedder(config: Config, nc: Any) -> Embedder:
-    if config.embedder == "none":
-        return NoEmbedder()
-    if config.embedder == "bus":
-        return BusEmbedder(nc, timeout=config.embed_timeout)
-    return BatchingEmbedder(builtin_model(config.builtin_model))
-
-
 def index_dir(db_path: Path, config: Config) -> Path | None:
     """Where the recall index persists its agents (worker/recall_index/persist.py): beside the
     database, `<file>.index/`; None when switched off."""
     return Path(f"{db_path}.index") if config.index_persist else None
 
 
-def builtin_model(name: str) -> LocalModel:
-    """The learned model if its wheels are installed, else the hashing stand-in (logged)."""
-    try:
-        if name == "hash":
-            return HashingModel()
-        if name == "e5":
-            from worker.embedders.e5 import E5Small
-
-            return E5Small()
-        from worker.embedders.minilm import MiniLM
-
-        return MiniLM()
-    except Exception as error:  # missing wheels, or a damaged model or tokenizer file
-        log.error("embedder.builtin_unavailable", model=name, error=str(error), using="hash")
-        return HashingModel()
-
-
 class App:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, routes: tuple[Route[Any, Any], ...] = ROUTES) -> None:
+        """`routes`: the trigger table it serves (worker/registry.py; a test may add a row)."""
         self.config = config
+        self.routes = routes
         self.embedded: EmbeddedServer | None = None
         self.nc: Any = None
         self.services: Services | None = None
@@ -171,7 +147,7 @@ class App:
             index.attach(conn)
         except apsw.Error as error:
             raise unusable(db_path, error) from None
-        recalls_first = RecallsFirst()
+        recalls_first = RecallsFirst(config.recalls_first_ms)
         self._writer = writer = Writer(
             conn, after_commit=index.after_commit, before_batch=recalls_first.wait_in_thread
         )
@@ -188,7 +164,7 @@ class App:
             writer=writer,
             readers=readers,
             index=index,
-            embedder=make_embedder(config, nc),
+            embedder=make_embedder(config, nc, recalls_first),
             nc=nc,
             keyword_mode=config.keyword,
             telemetry=telemetry,
@@ -201,11 +177,11 @@ class App:
         services.backfill = backfill = Backfill(embedder, readers, writer, replace=not fell_back)
         backfill.start()
         self._on_stop("backfill", backfill.close)
-        self.dispatcher = Dispatcher(services, ROUTES, telemetry)
+        self.dispatcher = Dispatcher(services, self.routes, telemetry)
         self.service = service = MemoryService(nc, self.dispatcher, config.subject_prefix)
         # Stopping takes no more requests, then waits for those in flight (up to DRAIN_SECONDS).
         self._on_stop("service", lambda: service.stop(timeout=DRAIN_SECONDS), needs_nats=True)
-        await service.start(ROUTES, telemetry.health.metadata)
+        await service.start(self.routes, telemetry.health.metadata)
         if config.ingest:
             await self._start_ingest()
         if config.metrics_port:

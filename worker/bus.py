@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 import nats
@@ -26,7 +26,7 @@ from worker.dispatch import Dispatcher
 from worker.payload import reply_budget, too_large
 from worker.reachability import Reachability
 from worker.redact import redact
-from worker.registry import Route, prefix_groups
+from worker.route import Route, prefix_groups
 
 log = structlog.get_logger()
 SERVICE_NAME = "memory"
@@ -324,7 +324,7 @@ class MemoryService:
         self._service: Service | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def start(self, routes: tuple[Route, ...], metadata: dict[str, str]) -> None:
+    async def start(self, routes: Iterable[Route[Any, Any]], metadata: dict[str, str]) -> None:
         """metadata is kept, not copied: what the worker writes into it later (its health)
         is in every $SRV.PING and $SRV.INFO reply from then on."""
         service = self._service = await add_service(
@@ -355,7 +355,7 @@ class MemoryService:
                 )
             )
 
-    def _handler(self, route: Route) -> Any:
+    def _handler(self, route: Route[Any, Any]) -> Any:
         async def accept(request: MicroRequest) -> None:
             task = asyncio.get_running_loop().create_task(self._serve(route, request))
             self._tasks.add(task)
@@ -363,7 +363,7 @@ class MemoryService:
 
         return accept
 
-    async def _serve(self, route: Route, request: MicroRequest) -> None:
+    async def _serve(self, route: Route[Any, Any], request: MicroRequest) -> None:
         started = time.perf_counter_ns()
         # Under tenancy no headers at all (`{}`) is a request from the worker's own account,
         # which no service import stamped; None keeps the dispatcher from looking.
@@ -400,8 +400,9 @@ class MemoryService:
             log.warning("reply.failed", trigger=route.trigger, error=str(failure))
 
     async def stop(self, timeout: float) -> None:
-        """Stop taking requests, then wait (up to timeout) for those in flight."""
-        if self._service is not None:
+        """Stop taking requests, then wait (up to timeout) for those in flight. On a connection
+        that closed under it (a shard whose NATS went away) the subscriptions went with it."""
+        if self._service is not None and not self._nc.is_closed:
             await self._service.stop()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout)

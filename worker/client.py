@@ -1,4 +1,5 @@
-"""The Python client of a running memory worker: one typed async method per trigger.
+"""The Python client of a running memory worker: `send(row, request)` for any row of the trigger
+table, and a typed async method per trigger of the contract, made from its row.
 
     from schema.memory import RecallRequest, StoreRequest
     from worker.client import MemoryClient
@@ -19,57 +20,15 @@ errors are handled in this one place.
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable
+from functools import partial
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 import msgspec
 import nats.errors
 
 from schema.base import Reply, TriggerRequest
-from schema.context import ContextReply, ContextRequest
-from schema.kg import KgAddReply, KgAddRequest, KgQueryReply, KgQueryRequest
-from schema.life import (
-    AuditReply,
-    AuditRequest,
-    DeleteReply,
-    DeleteRequest,
-    EraseReply,
-    EraseRequest,
-    ForgetReply,
-    ForgetRequest,
-    GetReply,
-    GetRequest,
-    KgDeleteReply,
-    KgDeleteRequest,
-    ListReply,
-    ListRequest,
-    SessionGetReply,
-    SessionGetRequest,
-    UnforgetReply,
-    UnforgetRequest,
-    UpdateReply,
-    UpdateRequest,
-)
-from schema.memory import (
-    ConsolidateReply,
-    ConsolidateRequest,
-    EvictReply,
-    EvictRequest,
-    RecallReply,
-    RecallRequest,
-    StoreReply,
-    StoreRequest,
-)
-from schema.session import (
-    CompactReply,
-    CompactRequest,
-    RepairReply,
-    RepairRequest,
-    SessionListReply,
-    SessionListRequest,
-)
-from schema.stats import StatsReply, StatsRequest
-from schema.switch import ToggleReply, ToggleRequest
 from worker.client_errors import (
     BadReply,
     NoWorker,
@@ -77,41 +36,43 @@ from worker.client_errors import (
     Unreachable,
     refusal,
 )
-from worker.client_state import STATE_METHODS, StateMethods
 from worker.config import Config, load_config, nats_servers
 from worker.redact import redact
 from worker.registry import BY_TRIGGER
+from worker.route import Route
+from worker.triggers import canonical, kg, kv, life, maintenance, memory, sessions, tasks, usage
 
+Q = TypeVar("Q", bound=TriggerRequest)
 R = TypeVar("R", bound=Reply)
+Q_in = TypeVar("Q_in", bound=TriggerRequest, contravariant=True)
+R_out = TypeVar("R_out", bound=Reply, covariant=True)
 D = TypeVar("D")
 PING_SUBJECT = "$SRV.PING.memory"
 
-# The method that sends each trigger; tests/test_client.py fails when a trigger of the registry
-# has none, or when its annotations are not the route's request and reply types.
-METHODS = {
-    "memory::store": "store",
-    "memory::recall": "recall",
-    "memory::evict": "evict",
-    "memory::consolidate": "consolidate",
-    "memory::kg::add": "kg_add",
-    "memory::kg::query": "kg_query",
-    "memory::kg::delete": "kg_delete",
-    "memory::session::list": "session_list",
-    "memory::session::compact": "session_compact",
-    "memory::session::repair": "session_repair",
-    "memory::session::get": "session_get",
-    "memory::stats": "stats",
-    "memory::audit": "audit",
-    "memory::get": "get",
-    "memory::list": "list_memories",
-    "memory::update": "update",
-    "memory::forget": "forget",
-    "memory::unforget": "unforget",
-    "memory::delete": "delete",
-    "memory::erase": "erase",
-    "memory::toggle": "toggle",
-    "memory::context": "context",
-} | STATE_METHODS
+
+class Sender(Protocol[Q_in, R_out]):
+    """A named method of the client: the request in, the reply out."""
+
+    def __call__(self, request: Q_in, *, timeout: float | None = None) -> Awaitable[R_out]: ...
+
+
+class Sends(Generic[Q, R]):
+    """The client's method for one row of the trigger table, typed by the row: `store =
+    Sends(memory.STORE)` makes `await client.store(StoreRequest(...)) -> StoreReply`."""
+
+    def __init__(self, route: Route[Q, R]) -> None:
+        self.route = route
+
+    @overload
+    def __get__(self, client: None, owner: type[Any]) -> Sends[Q, R]: ...
+
+    @overload
+    def __get__(self, client: MemoryClient, owner: type[Any]) -> Sender[Q, R]: ...
+
+    def __get__(self, client: MemoryClient | None, owner: type[Any]) -> Sends[Q, R] | Sender[Q, R]:
+        if client is None:
+            return self
+        return partial(client.send, self.route)
 
 
 class ServicePing(msgspec.Struct, frozen=True):
@@ -130,7 +91,7 @@ def default_url(config: Config) -> str:
     return config.nats_url or f"nats://127.0.0.1:{config.embedded_port}"
 
 
-class MemoryClient(StateMethods):
+class MemoryClient:
     """One NATS connection to the worker's service. Make it with `await MemoryClient.connect()`
     and close it with `close()` or `async with`."""
 
@@ -138,6 +99,7 @@ class MemoryClient(StateMethods):
         self.nc = nc
         self.url = url
         self.timeout = timeout
+        self.subject_prefix = subject_prefix
         self.subjects = {
             trigger: route.subject(subject_prefix) for trigger, route in BY_TRIGGER.items()
         }
@@ -241,11 +203,12 @@ class MemoryClient(StateMethods):
         data = await self.exchange(PING_SUBJECT, b"", timeout)
         return self._decode(data, ServicePing, PING_SUBJECT)
 
-    async def _call(
-        self, trigger: str, request: TriggerRequest, reply_type: type[R], timeout: float | None
-    ) -> R:
-        data = await self.exchange(self.subjects[trigger], self._encoder.encode(request), timeout)
-        return self._decode(data, reply_type, trigger)
+    async def send(self, route: Route[Q, R], request: Q, *, timeout: float | None = None) -> R:
+        """Send any row of the trigger table (worker/triggers/) and decode its reply as the
+        row's reply type; the named methods below are this for the contract's triggers."""
+        subject = self.subjects.get(route.trigger) or route.subject(self.subject_prefix)
+        data = await self.exchange(subject, self._encoder.encode(request), timeout)
+        return self._decode(data, route.reply_type, route.trigger)
 
     def _decode(self, data: bytes, reply_type: type[D], what: str) -> D:
         decoder = self._decoders.get(reply_type)
@@ -257,90 +220,39 @@ class MemoryClient(StateMethods):
         except msgspec.DecodeError as error:  # another version of the worker, or not a worker
             raise BadReply(f"{what}: the reply is not a {reply_type.__name__}: {error}") from None
 
-    # One method per trigger, in the order of the contract. `timeout` overrides the client's.
-
-    async def store(self, request: StoreRequest, *, timeout: float | None = None) -> StoreReply:
-        return await self._call("memory::store", request, StoreReply, timeout)
-
-    async def recall(self, request: RecallRequest, *, timeout: float | None = None) -> RecallReply:
-        return await self._call("memory::recall", request, RecallReply, timeout)
-
-    async def evict(self, request: EvictRequest, *, timeout: float | None = None) -> EvictReply:
-        return await self._call("memory::evict", request, EvictReply, timeout)
-
-    async def consolidate(
-        self, request: ConsolidateRequest, *, timeout: float | None = None
-    ) -> ConsolidateReply:
-        return await self._call("memory::consolidate", request, ConsolidateReply, timeout)
-
-    async def kg_add(self, request: KgAddRequest, *, timeout: float | None = None) -> KgAddReply:
-        return await self._call("memory::kg::add", request, KgAddReply, timeout)
-
-    async def kg_query(
-        self, request: KgQueryRequest, *, timeout: float | None = None
-    ) -> KgQueryReply:
-        return await self._call("memory::kg::query", request, KgQueryReply, timeout)
-
-    async def kg_delete(
-        self, request: KgDeleteRequest, *, timeout: float | None = None
-    ) -> KgDeleteReply:
-        return await self._call("memory::kg::delete", request, KgDeleteReply, timeout)
-
-    async def session_list(
-        self, request: SessionListRequest, *, timeout: float | None = None
-    ) -> SessionListReply:
-        return await self._call("memory::session::list", request, SessionListReply, timeout)
-
-    async def session_compact(
-        self, request: CompactRequest, *, timeout: float | None = None
-    ) -> CompactReply:
-        return await self._call("memory::session::compact", request, CompactReply, timeout)
-
-    async def session_repair(
-        self, request: RepairRequest, *, timeout: float | None = None
-    ) -> RepairReply:
-        return await self._call("memory::session::repair", request, RepairReply, timeout)
-
-    async def session_get(
-        self, request: SessionGetRequest, *, timeout: float | None = None
-    ) -> SessionGetReply:
-        return await self._call("memory::session::get", request, SessionGetReply, timeout)
-
-    async def stats(self, request: StatsRequest, *, timeout: float | None = None) -> StatsReply:
-        return await self._call("memory::stats", request, StatsReply, timeout)
-
-    async def audit(self, request: AuditRequest, *, timeout: float | None = None) -> AuditReply:
-        return await self._call("memory::audit", request, AuditReply, timeout)
-
-    async def get(self, request: GetRequest, *, timeout: float | None = None) -> GetReply:
-        return await self._call("memory::get", request, GetReply, timeout)
-
-    async def list_memories(
-        self, request: ListRequest, *, timeout: float | None = None
-    ) -> ListReply:
-        return await self._call("memory::list", request, ListReply, timeout)
-
-    async def update(self, request: UpdateRequest, *, timeout: float | None = None) -> UpdateReply:
-        return await self._call("memory::update", request, UpdateReply, timeout)
-
-    async def forget(self, request: ForgetRequest, *, timeout: float | None = None) -> ForgetReply:
-        return await self._call("memory::forget", request, ForgetReply, timeout)
-
-    async def unforget(
-        self, request: UnforgetRequest, *, timeout: float | None = None
-    ) -> UnforgetReply:
-        return await self._call("memory::unforget", request, UnforgetReply, timeout)
-
-    async def delete(self, request: DeleteRequest, *, timeout: float | None = None) -> DeleteReply:
-        return await self._call("memory::delete", request, DeleteReply, timeout)
-
-    async def erase(self, request: EraseRequest, *, timeout: float | None = None) -> EraseReply:
-        return await self._call("memory::erase", request, EraseReply, timeout)
-
-    async def toggle(self, request: ToggleRequest, *, timeout: float | None = None) -> ToggleReply:
-        return await self._call("memory::toggle", request, ToggleReply, timeout)
-
-    async def context(
-        self, request: ContextRequest, *, timeout: float | None = None
-    ) -> ContextReply:
-        return await self._call("memory::context", request, ContextReply, timeout)
+    # One method per trigger of the contract, in its order, each typed by its row; every one
+    # takes `timeout=` to override the client's.
+    store = Sends(memory.STORE)
+    recall = Sends(memory.RECALL)
+    evict = Sends(maintenance.EVICT)
+    consolidate = Sends(maintenance.CONSOLIDATE)
+    kg_add = Sends(kg.ADD)
+    kg_query = Sends(kg.QUERY)
+    kg_delete = Sends(kg.DELETE)
+    session_list = Sends(sessions.LIST)
+    session_compact = Sends(sessions.COMPACT)
+    session_repair = Sends(sessions.REPAIR)
+    session_get = Sends(sessions.GET)
+    stats = Sends(maintenance.STATS)
+    audit = Sends(maintenance.AUDIT)
+    get = Sends(life.GET)
+    list_memories = Sends(life.LIST)
+    update = Sends(memory.UPDATE)
+    forget = Sends(life.FORGET)
+    unforget = Sends(life.UNFORGET)
+    delete = Sends(life.DELETE)
+    erase = Sends(life.ERASE)
+    toggle = Sends(life.TOGGLE)
+    context = Sends(memory.CONTEXT)
+    kv_set = Sends(kv.SET)
+    kv_get = Sends(kv.GET)
+    kv_delete = Sends(kv.DELETE)
+    kv_list = Sends(kv.LIST)
+    task_post = Sends(tasks.POST)
+    task_claim = Sends(tasks.CLAIM)
+    task_complete = Sends(tasks.COMPLETE)
+    task_list = Sends(tasks.LIST)
+    usage_record = Sends(usage.RECORD)
+    usage_query = Sends(usage.QUERY)
+    canonical_get = Sends(canonical.GET)
+    canonical_append = Sends(canonical.APPEND)

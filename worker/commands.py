@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from enum import IntEnum
 from typing import TypeVar
 
@@ -109,13 +110,33 @@ def not_json(body: bytes) -> str | None:
     return None
 
 
+def trigger_named(text: str, prefix: str = "") -> str:
+    """The trigger a name stands for: `memory::kg::add` as is, or its subject `memory.kg.add`
+    (with or without the configured subject prefix), which is what a reader of the NATS side
+    (`nats sub`, `$SRV.INFO`, a log line) has at hand."""
+    if "::" in text:
+        return text
+    if prefix and text.startswith(prefix):
+        text = text.removeprefix(prefix)
+    return text.replace(".", "::")
+
+
+def unknown_trigger(given: str, trigger: str, known: Iterable[str]) -> str:
+    """One line for a name (`given`, read as `trigger`) that is no trigger: the closest real
+    one first, when one is close (a typo), then all of them."""
+    names = sorted(known)
+    close = difflib.get_close_matches(trigger, names, n=1, cutoff=0.75)
+    guess = f"; did you mean {close[0]}?" if close else "."
+    return f"unknown trigger {given!r}{guess} The triggers: {', '.join(names)}"
+
+
 def fire(config: Config, args: argparse.Namespace) -> Exit:
     from worker.registry import BY_TRIGGER
 
-    trigger = args.trigger
+    trigger = trigger_named(args.trigger, config.subject_prefix)
     if trigger not in BY_TRIGGER:
-        known = ", ".join(sorted(BY_TRIGGER))
-        print(f"memory-worker fire: unknown trigger {trigger!r}; one of {known}", file=sys.stderr)
+        unknown = unknown_trigger(args.trigger, trigger, BY_TRIGGER)
+        print(f"memory-worker fire: {unknown}", file=sys.stderr)
         return Exit.USAGE
     body = (
         sys.stdin.buffer.read()

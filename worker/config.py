@@ -34,6 +34,14 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     max_content_bytes: Annotated[int, msgspec.Meta(ge=1, le=8 * 1024 * 1024)] = 524_288
     max_query_bytes: Annotated[int, msgspec.Meta(ge=1, le=8 * 1024 * 1024)] = 16_384
     max_in_flight: Annotated[int, msgspec.Meta(ge=1)] = 1024
+    # Fair turns (worker/turns.py): requests executing at once in all and per tenant (per agent
+    # with tenancy off); a tenant's requests past that wait, up to tenant_queue, then 503.
+    max_executing: Annotated[int, msgspec.Meta(ge=1)] = 256
+    tenant_in_flight: Annotated[int, msgspec.Meta(ge=1)] = 64
+    tenant_queue: Annotated[int, msgspec.Meta(ge=0)] = 512
+    # How much of each second recalls may hold stores, the writer and stored texts' model lanes
+    # back (worker/recalls_first.py); 0: never.
+    recalls_first_ms: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 250
     synchronous: Literal["full", "normal"] = "full"
     ingest: bool = True
     keyword: Literal["share", "idf", "stems"] = "stems"

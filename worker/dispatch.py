@@ -16,7 +16,7 @@ import msgspec
 import structlog
 
 from handlers.audit import Call
-from handlers.ingested import Delivery
+from handlers.ingested import Delivery, IngestKey
 from schema.errors import (
     Internal,
     InvalidRequest,
@@ -30,29 +30,39 @@ from worker.db import DAMAGED
 from worker.json_keys import duplicate_key
 from worker.locate import refusal
 from worker.payload import reply_budget, too_large
-from worker.registry import READER, WRITER, Route
+from worker.route import Route
 from worker.services import Context, Services
 from worker.telemetry import Telemetry, TriggerStats
 from worker.tenancy import ADMIN, Caller, caller_of, scoped, untenanted
+from worker.turns import TURN, QueueFull, Turns
 from worker.writes import commit
 
 log = structlog.get_logger()
+# Triggers that take turns apart from the rest of their tenant's requests (Dispatcher._take_turn).
+RECALLS = frozenset({"memory::recall", "memory::context"})
+RECALL_TURN = " (recalls)"  # added to the key of their turns
 
 
-async def execute(services: Services, route: Route, request: Any) -> Any:
-    """Run the route's function where its row says: a write's decide and apply steps in one
-    transaction on the writer (worker/writes.py), a pure read on a reader, given the time; a
-    flow with the services. A paged read is given the bytes its reply may hold on the services'
-    NATS connection."""
-    if route.on == WRITER:
-        assert route.writes is not None
-        return await commit(services, route.trigger, route.writes, request)
-    if route.on == READER:
+async def execute(services: Services, route: Route[Any, Any], request: Any) -> Any:
+    """Run the row as its kind says (worker/route.py): a pure read on a reader, given the time
+    (a paged one also the bytes its reply may hold on the services' NATS connection); a write
+    prepared, then decided and applied in one writer transaction (worker/writes.py), then its
+    row's `after`; a flow with the services."""
+    if route.read is not None:
+        read = route.read
         paged = {"budget": reply_budget(services.nc)} if route.paged else {}
         return await services.readers.run(
-            lambda conn: route.run(conn, request, now=services.clock(), **paged)
+            lambda conn: read(conn, request, now=services.clock(), **paged)
         )
-    return await route.run(services, request)
+    if route.flow is not None:
+        return await route.flow(services, request)
+    write = route.write
+    assert write is not None, "a row is a read, a write or a flow"
+    prepared = None if write.prepare is None else await write.prepare(services, request)
+    reply = await commit(services, route.trigger, write, request, prepared=prepared)
+    if route.after is not None:
+        await route.after(services, request, prepared, reply)
+    return reply
 
 
 @dataclass(frozen=True)
@@ -61,14 +71,14 @@ class Outcome:
     error: WorkerError | None
 
 
-Executor = Callable[[Route, Any], Awaitable[Any]]
+Executor = Callable[[Route[Any, Any], Any], Awaitable[Any]]
 
 
 class Dispatcher:
     def __init__(
         self,
         services: Context,
-        routes: Iterable[Route],
+        routes: Iterable[Route[Any, Any]],
         telemetry: Telemetry,
         executor: Executor | None = None,
     ) -> None:
@@ -87,6 +97,13 @@ class Dispatcher:
             for route in self.routes.values()
         }
         self._encoder = msgspec.json.Encoder()
+        config = services.config
+        self.turns = Turns(
+            config.max_executing,
+            per_key=config.tenant_in_flight,
+            queue=config.tenant_queue,
+            describe=partial(_queue_full, config.tenant_in_flight, config.tenant_queue),
+        )
         for trigger in self.routes:
             telemetry.triggers.setdefault(trigger, TriggerStats())
 
@@ -114,7 +131,7 @@ class Dispatcher:
             raise InvalidRequest(f"invalid request: {duplicate}")
         return request
 
-    def scope(self, route: Route, request: Any, caller: Caller) -> Any:
+    def scope(self, route: Route[Any, Any], request: Any, caller: Caller) -> Any:
         """The request as its handler gets it: in the tenant it acts in (worker/tenancy.py)."""
         if self.services.config.tenancy == "none":
             return untenanted(request)
@@ -165,14 +182,12 @@ class Dispatcher:
     ) -> Outcome:
         started = time.perf_counter()
         agent = None
-        reported: tuple[Route, Any, Any] | None = None  # a success, for the route's report
+        reported: tuple[Route[Any, Any], Any, Any] | None = (
+            None  # a success, for the route's report
+        )
         audit_call = None
         self.in_flight += 1
         try:
-            if self.in_flight > self.services.config.max_in_flight:
-                raise Unavailable(
-                    f"more than {self.services.config.max_in_flight} requests in flight; retry"
-                )
             route = self.routes[trigger]
             if headers is not None and self.services.config.tenancy == "account":
                 caller = caller_of(headers, self.services.config.account)
@@ -182,8 +197,10 @@ class Dispatcher:
             agent = agent if isinstance(agent, str) else None
             structlog.contextvars.bind_contextvars(agent=agent)
             request = self.scope(route, request, caller)
-            audit_call = CALL.set(Call(trigger, source, caller.requester, message))
-            reply = await self._execute(route, request)
+            # An ingested message's key is kept where the request's write goes (its scope).
+            key = None if message is None else IngestKey(*route.scope.keeper(request), message)
+            audit_call = CALL.set(Call(trigger, source, caller.requester, key))
+            reply = await self._take_turn(route, request, self.turn_key(caller, agent))
             if route.timed:
                 elapsed = round((time.perf_counter() - started) * 1000, 3)
                 reply = msgspec.structs.replace(reply, duration_ms=elapsed)
@@ -225,8 +242,57 @@ class Dispatcher:
             reported[0].report(self.services, trigger, source, reported[1], reported[2])
         return outcome
 
+    def turn_key(self, caller: Caller, agent: str | None) -> str:
+        """Whose turn a request takes (worker/turns.py): its tenant (the empty key for the
+        worker's own account and the scheduler); with tenancy off, its agent."""
+        return turn_of(self.services.config.tenancy, caller.tenant, agent)
+
+    async def _take_turn(self, route: Route[Any, Any], request: Any, key: str) -> Any:
+        """Execute once it is the key's turn; its work in the reader threads' and the model's
+        queues is counted to the key too (TURN). A key's recalls take turns apart from its
+        other requests: its own stores in flight do not hold its recalls back.
+
+        Past MEMORY_WORKER_MAX_IN_FLIGHT a request is refused, but under tenancy not that of a
+        tenant with nothing in flight: one tenant's flood cannot shut the others out (tenants
+        are the configured accounts, so this goes at most one request per tenant past it)."""
+        turn = key + RECALL_TURN if route.trigger in RECALLS else key
+        limit = self.services.config.max_in_flight
+        if self.in_flight > limit and (
+            self.services.config.tenancy == "none"
+            or self.turns.running(turn)
+            or self.turns.waiting(turn)
+        ):
+            raise Unavailable(f"more than {limit} requests in flight; retry")
+        try:
+            await self.turns.acquire(turn)
+        except QueueFull as full:
+            raise Unavailable(str(full)) from None
+        marked = TURN.set(key)
+        try:
+            return await self._execute(route, request)
+        finally:
+            TURN.reset(marked)
+            self.turns.release(turn)
+
     def _count(
         self, trigger: str, duration_ms: float, error: WorkerError | None, tenant: str | None
     ) -> None:
         code = None if error is None else error.code
         self.telemetry.count(trigger, duration_ms, code, tenant)
+
+
+def turn_of(tenancy: str, tenant: str | None, agent: str | None) -> str:
+    """The key of a request's turns: its tenant under tenancy, else its agent ("" for none)."""
+    if tenancy == "none":
+        return f"agent {agent}" if agent else ""
+    return tenant or ""
+
+
+def _queue_full(running: int, queue: int, turn: str) -> str:
+    key, recalls = turn.removesuffix(RECALL_TURN), turn.endswith(RECALL_TURN)
+    whose = f"this tenant ({key})" if key and not key.startswith("agent ") else key or "this caller"
+    kind = "recalls" if recalls else "requests"
+    return (
+        f"{whose} has {running} {kind} in progress and {queue} waiting "
+        "(MEMORY_WORKER_TENANT_IN_FLIGHT, MEMORY_WORKER_TENANT_QUEUE); retry later"
+    )

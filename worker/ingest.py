@@ -1,15 +1,15 @@
 """Durable ingestion for fire-and-forget publishers: JetStream streams of write requests.
 
-A message on `memory.ingest.<verb>` is the request of a write trigger the registry marks
-ingestible: `memory.ingest.store` is memory::store, `memory.ingest.kg.add` memory::kg::add. It is
-acknowledged only after its write is committed, so what is published while no worker runs waits
-in the stream. A redelivery after a crash (committed, not yet acknowledged) changes nothing: the
-write records the message's key in its own transaction and a write whose key is recorded is not
-applied again (handlers/ingested.py). Messages of one batch run concurrently: ingestion keeps no
-order between them (a delete published right after the add it undoes may run first). A message
-that can never succeed (a 4xx refusal) is terminated and republished with its error on
-`memory.deadletter.<verb>`, kept in the MEMORY_DEADLETTER stream for inspection; a transient
-failure is retried after a delay.
+A message on `memory.ingest.<verb>` is the request of a write trigger whose row says it is
+ingestible (worker/route.py): `memory.ingest.store` is memory::store, `memory.ingest.kg.add`
+memory::kg::add. It is acknowledged only after its write is committed, so what is published
+while no worker runs waits in the stream. A redelivery after a crash (committed, not yet
+acknowledged) changes nothing: the write records the message's key in its own transaction and a
+write whose key is recorded is not applied again (handlers/ingested.py). Messages of one batch
+run concurrently: ingestion keeps no order between them (a delete published right after the add
+it undoes may run first). A message that can never succeed (a 4xx refusal) is terminated and
+republished with its error on `memory.deadletter.<verb>`, kept in the MEMORY_DEADLETTER stream
+for inspection; a transient failure is retried after a delay.
 
 Under tenancy (MEMORY_WORKER_TENANCY=account) JetStream keeps no `Nats-Request-Info`, so the
 tenant travels in the subject instead: `memory.ingest.<tenant>.store`. A tenant cannot choose
@@ -49,7 +49,7 @@ from worker.ingest_streams import (
     stream_name,
 )
 from worker.outgoing import ERROR_CODE, ERROR_TEXT
-from worker.registry import INGESTED
+from worker.route import ingestible
 from worker.tenancy import ADMIN, Caller
 
 log = structlog.get_logger()
@@ -76,6 +76,8 @@ class Ingest:
         self._own_account = dispatcher.services.config.account
         self._js = nc.jetstream()
         self._dispatcher = dispatcher
+        # The rows it serves that durable ingestion takes, by verb.
+        self._ingested = ingestible(dispatcher.routes.values())
         self._prefix = prefix
         self._base = f"{prefix}memory.ingest."
         # The stream consumed for each tenant ('' without tenancy), and a retired shared one.
@@ -205,9 +207,9 @@ class Ingest:
             await self._dead(message, "400", found)
             return
         caller, kind = found
-        trigger = INGESTED.get(kind)
+        trigger = self._ingested.get(kind)
         if trigger is None:
-            verbs = ", ".join(sorted(INGESTED))
+            verbs = ", ".join(sorted(self._ingested))
             await self._dead(message, "400", f"no ingestible trigger `{kind}` (only {verbs})")
             return
         outcome = await self._dispatcher.handle(

@@ -1,7 +1,7 @@
 """MCP over streamable HTTP behind bearer tokens (`memory-worker mcp --http PORT`).
 
-Agents' memories hold what users told them, so this door is as tight as the bus (contract
-section 18). With `MEMORY_WORKER_MCP_TOKENS` (worker/tokens.py) every HTTP request passes,
+Agents' memories hold what users told them, so this door is as tight as the bus
+(docs/tenants.md). With `MEMORY_WORKER_MCP_TOKENS` (worker/tokens.py) every HTTP request passes,
 outermost first:
 
 1. the SDK's bearer check (`BearerAuthBackend` over our `TokenVerifier`, then
@@ -22,12 +22,14 @@ why not before anything listens.
 from __future__ import annotations
 
 import argparse
+import socket
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 import msgspec
+import structlog
 import uvicorn
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware, get_access_token
 from mcp.server.auth.middleware.bearer_auth import (
@@ -44,6 +46,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from worker.tokens import Token, Tokens
 
+log = structlog.get_logger()
 TOKENS_VARIABLE = "MEMORY_WORKER_MCP_TOKENS"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
@@ -195,4 +198,17 @@ def serve_http(server: MCPServer[Any], args: argparse.Namespace, tokens: Tokens 
         )
         app = guarded(app, gate)
     config = uvicorn.Config(app, host=args.host, port=args.http, log_level="warning")
-    anyio.run(uvicorn.Server(config).serve)
+    anyio.run(Announced(config).serve)
+
+
+class Announced(uvicorn.Server):
+    """uvicorn's server, saying where it listens once it does: one `mcp.listening` line with
+    the URL a client connects to (the port `--http 0` was given, too); uvicorn's own lines
+    stay below warning."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            address = self.servers[0].sockets[0].getsockname()
+            host = f"[{address[0]}]" if ":" in address[0] else address[0]
+            log.info("mcp.listening", url=f"http://{host}:{address[1]}/mcp")

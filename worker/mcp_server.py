@@ -21,8 +21,8 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-from pydantic import Field
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
+from pydantic import Field, ValidationError
 
 from schema.context import ContextRequest
 from schema.errors import WorkerError
@@ -45,6 +45,7 @@ from worker.mcp_text import (
     TOGGLE,
     memory_lines,
     recalled_lines,
+    refused_arguments,
 )
 from worker.tokens import Tokens
 
@@ -112,6 +113,23 @@ class Bridge:
 Refusal = Callable[[str], str | None]  # why the caller may not act for an agent, or None
 
 
+class MemoryServer(MCPServer[Any]):
+    """The SDK's server, but arguments that fail the tools' schema are refused in one line
+    naming each field (`invalid argument: `query` is required`) instead of the SDK's text,
+    which is pydantic's several lines of type codes, echoed input and a link."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as error:
+            cause = error.__cause__
+            if isinstance(error, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                raise
+            raise ToolError(refused_arguments(cause.errors())) from cause
+
+
 def agent_resolver(
     agent: str | None, header: str | None, refusal: Refusal | None
 ) -> Callable[[Context], str]:
@@ -147,7 +165,7 @@ def build_server(
         finally:
             await bridge.close()
 
-    server: MCPServer[Any] = MCPServer(
+    server = MemoryServer(
         "memory-worker", instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING"
     )
     agent_of = agent_resolver(agent, header, refusal)

@@ -9,7 +9,8 @@ before answering whenever the past could matter.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from handlers.context import neutralise
 from schema.life import MemoryOut
@@ -76,3 +77,21 @@ def memory_lines(memories: Sequence[MemoryOut]) -> str:
         f"{one_line(m.content)}"
         for m in memories
     )
+
+
+def refused_arguments(problems: Sequence[Mapping[str, Any]]) -> str:
+    """Arguments the SDK's validation refused, as one line a model can act on: each field as
+    a path (`ids[0]`) and what is wrong with it, without the validation library's type codes,
+    echoed input and links (pydantic's `ValidationError.errors()` is the input)."""
+    parts = []
+    for problem in problems:
+        path = "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in problem["loc"]
+        ).lstrip(".")
+        if problem.get("type") == "missing":
+            parts.append(f"`{path}` is required")
+        else:
+            message = " ".join(str(problem["msg"]).split())
+            parts.append(f"`{path}`: {message[:1].lower()}{message[1:]}")
+    noun = "argument" if len(parts) == 1 else "arguments"
+    return f"invalid {noun}: {'; '.join(parts)}"

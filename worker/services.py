@@ -12,7 +12,6 @@ from handlers.recall.keywords import KeywordMode
 from worker.config import Config
 from worker.embedders import Embedder
 from worker.readers import Readers
-from worker.recall_index.backfill import Backfill
 from worker.recall_index.index import MemoryIndex
 from worker.recalls_first import RecallsFirst
 from worker.telemetry import Telemetry
@@ -41,6 +40,17 @@ class Context(Protocol):
     def clock(self) -> Callable[[], int]: ...
 
 
+class Backfilling(Protocol):
+    """What a trigger asks of the backfill (worker/recall_index/backfill.py): a vector later
+    for an agent's memories that have none, or a batch of them now; and its stop."""
+
+    def add(self, tenant: str, agent_id: str) -> None: ...
+
+    async def fill_batch(self, tenant: str, agent_id: str) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
 @dataclass
 class Services:
     config: Config
@@ -50,7 +60,7 @@ class Services:
     embedder: Embedder
     nc: Any = None
     keyword_mode: KeywordMode = "share"
-    backfill: Backfill | None = None
+    backfill: Backfilling | None = None
     clock: Callable[[], int] = wall_clock_ms
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     recalls_first: RecallsFirst = field(default_factory=RecallsFirst)

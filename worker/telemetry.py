@@ -39,7 +39,7 @@ class TriggerStats:
 
 @dataclass(frozen=True)
 class MaintenanceRun:
-    """A maintenance trigger's last success, whoever fired it (worker/maintenance.py)."""
+    """A maintenance trigger's last success, whoever fired it (worker/triggers/maintenance.py)."""
 
     at: int
     source: str

@@ -15,7 +15,8 @@ stored text, an LLM's summary. Its result goes into the decision through decide.
 A write that belongs to an ingested message (the call's own trigger, on a call from durable
 ingestion) records the message's key in its transaction, and one whose key is recorded already
 is refused as `Repeated` before it decides anything: a redelivered message changes nothing
-(handlers/ingested.py). The key is logged with the decision, so every copy records it.
+(handlers/ingested.py). The key is logged with the decision, so every copy records it; dispatch
+names where it is kept (the row's scope: worker/route.py) when it sets the call.
 """
 
 from __future__ import annotations
@@ -32,10 +33,8 @@ import msgspec
 
 from handlers.audit import Call, Change, record
 from handlers.ingested import IngestKey, applied, remember
-from schema.base import tenant_of
 from schema.errors import Repeated
 from worker.audit import CALL
-from worker.shards.partition import home_of
 
 if TYPE_CHECKING:
     from worker.services import Services
@@ -88,7 +87,7 @@ def decide_and_apply(
     prepared: Any,
     call: Call | None,
 ) -> Logged:
-    key = ingest_key(trigger, request, call)
+    key = ingest_key(trigger, call)
     if key is not None and applied(conn, key.delivery):
         delivery = key.delivery
         raise Repeated(f"{trigger}: message {delivery.seq} of {delivery.stream} was applied")
@@ -102,14 +101,12 @@ def decide_and_apply(
     return Logged(entry, write.reply(decision, result))
 
 
-def ingest_key(trigger: str, request: Any, call: Call | None) -> IngestKey | None:
+def ingest_key(trigger: str, call: Call | None) -> IngestKey | None:
     """The key this write records: the call's ingested message, when this is the call's own
-    write (a flow's other writes, such as the compaction after a canonical append, are not),
-    kept where the write goes (the agent's partition; the tenant's board's for a task)."""
-    if call is None or call.message is None or call.trigger != trigger:
+    write (a flow's other writes, such as the compaction after a canonical append, are not)."""
+    if call is None or call.trigger != trigger:
         return None
-    tenant, agent_id = home_of(trigger, request) or (tenant_of(request), "")
-    return IngestKey(tenant, agent_id, call.message)
+    return call.message
 
 
 _UNPREPARED: Any = object()
@@ -181,15 +178,15 @@ class Requested(msgspec.Struct, Generic[D], frozen=True):
 def requested(
     request_type: type[D],
     run: Callable[..., R],
-    reply: Callable[[D, R], Any],
-    changes: Callable[[D, R], Iterable[Change]],
+    changes: Callable[[D, R], Iterable[Change]] | None = None,
 ) -> Write[Requested[D], R]:
     """A Write whose decision is the request and its time, applied by the pure handler
-    `run(conn, request, *, now)`."""
+    `run(conn, request, *, now)`, which replies; `changes(request, reply)`: what the audit
+    records (None: nothing)."""
     return Write(
         decision=Requested[request_type],  # type: ignore[valid-type]
         decide=lambda conn, request, now, prepared: Requested(request, now),
         apply=lambda conn, decided: run(conn, decided.request, now=decided.at),
-        reply=lambda decided, result: reply(decided.request, result),
-        changes=lambda decided, result: changes(decided.request, result),
+        reply=lambda decided, result: result,
+        changes=lambda decided, result: () if changes is None else changes(decided.request, result),
     )

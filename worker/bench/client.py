@@ -1,4 +1,7 @@
-"""The benchmark's client side: timed requests, bounded concurrency, percentiles."""
+"""The benchmark's client side: timed requests, bounded concurrency, percentiles.
+
+Requests are raw JSON (the bench measures the worker, not the typed client's decoding) sent to
+the subjects the trigger table names (worker/registry.py), by trigger."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import msgspec
 import numpy as np
 
 from worker.outgoing import error_reply
+from worker.registry import BY_TRIGGER
 
 
 def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
@@ -33,23 +37,26 @@ class BenchClient:
     ) -> None:
         """`headers` go on every request (the bench's stand-in for `Nats-Request-Info`)."""
         self.nc = nc
-        self.prefix = prefix
         self.timeout = timeout
         self.headers = headers
+        self.subjects = {trigger: route.subject(prefix) for trigger, route in BY_TRIGGER.items()}
 
-    async def timed(self, subject: str, payload: Any) -> tuple[float, Any]:
+    async def timed(self, trigger: str, payload: Any) -> tuple[float, Any]:
+        """A trigger's request (`memory::recall`): milliseconds, and its reply decoded."""
+        return await self.timed_at(self.subjects[trigger], payload)
+
+    async def timed_at(self, subject: str, payload: Any) -> tuple[float, Any]:
+        """The same on any subject (the echo floor's)."""
         data = msgspec.json.encode(payload)
         started = time.perf_counter()
-        msg = await self.nc.request(
-            self.prefix + subject, data, timeout=self.timeout, headers=self.headers
-        )
+        msg = await self.nc.request(subject, data, timeout=self.timeout, headers=self.headers)
         elapsed = (time.perf_counter() - started) * 1000
         if error_reply(msg) is not None:
             raise RuntimeError(f"{subject}: {msg.data.decode()}")
         return elapsed, msgspec.json.decode(msg.data) if msg.data else None
 
     async def many(
-        self, subject: str, payloads: Sequence[Any], *, concurrency: int
+        self, trigger: str, payloads: Sequence[Any], *, concurrency: int
     ) -> tuple[list[Any], list[float], float]:
         """Send every payload with at most `concurrency` in flight; replies in payload order,
         latencies, and wall seconds."""
@@ -59,7 +66,7 @@ class BenchClient:
 
         async def lane() -> None:
             for index in cursor:
-                latencies[index], replies[index] = await self.timed(subject, payloads[index])
+                latencies[index], replies[index] = await self.timed(trigger, payloads[index])
 
         started = time.perf_counter()
         await asyncio.gather(*(lane() for _ in range(max(1, concurrency))))
@@ -70,7 +77,7 @@ class BenchClient:
         `stall_s`); returns how many are still without one."""
         last, since = -1, time.monotonic()
         while True:
-            _, stats = await self.timed("memory.stats", {})
+            _, stats = await self.timed("memory::stats", {})
             missing = int(stats["memoriesWithoutVector"])
             if missing == 0:
                 return 0
@@ -81,4 +88,4 @@ class BenchClient:
             await asyncio.sleep(0.05)
 
     async def recall_many(self, payloads: Sequence[Any], *, concurrency: int) -> list[Any]:
-        return (await self.many("memory.recall", payloads, concurrency=concurrency))[0]
+        return (await self.many("memory::recall", payloads, concurrency=concurrency))[0]

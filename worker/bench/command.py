@@ -26,6 +26,7 @@ from worker.bench import index_memory
 from worker.bench.client import BenchClient, percentiles
 from worker.bench.corpus import Corpus
 from worker.bench.evict import eviction_rows, measure_eviction
+from worker.bench.fairness import add_fairness_arguments, fairness_rows, run_fairness
 from worker.bench.filtered import filtered_rows, measure_filtered
 from worker.bench.locomo import measure_locomo
 from worker.bench.mcp_trip import mcp_rows, measure_mcp_round_trip
@@ -119,7 +120,7 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
         "request_info_parse_us": request_info_parse_us(),
     }
     floor_client = BenchClient(nc)  # the echo's subject has no prefix
-    echo = [(await floor_client.timed("bench.echo", {"x": 1}))[0] for _ in range(args.echo)]
+    echo = [(await floor_client.timed_at("bench.echo", {"x": 1}))[0] for _ in range(args.echo)]
     floor = percentiles(echo)
     results["echo"] = floor
     results["rss_before_mb"] = rss_mb(worker_pid)
@@ -128,7 +129,7 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
     payloads = [{"agentId": AGENT, "content": corpus.text(8, 40)} for _ in range(args.memories)]
     started = time.perf_counter()
     _, latencies, seconds = await client.many(
-        "memory.store", payloads, concurrency=args.concurrency
+        "memory::store", payloads, concurrency=args.concurrency
     )
     results["store"] = {**percentiles(latencies), "per_second": round(len(payloads) / seconds)}
     if args.embedder != "none":
@@ -139,17 +140,17 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
         results["store"]["embedded_per_second"] = round(len(payloads) / embedded_s)
 
     queries = [{"agentId": AGENT, "query": corpus.text(3, 6)} for _ in range(args.recalls)]
-    first_ms, _ = await client.timed("memory.recall", queries[0])
+    first_ms, _ = await client.timed("memory::recall", queries[0])
     results["first_recall_ms"] = round(first_ms, 3)
-    sequential = [(await client.timed("memory.recall", q))[0] for q in queries]
+    sequential = [(await client.timed("memory::recall", q))[0] for q in queries]
     results["recall"] = percentiles(sequential)
     # The same queries as memory::context, which an agent framework calls: recall plus rendering.
     results["context"] = percentiles(
-        [(await client.timed("memory.context", q))[0] for q in queries]
+        [(await client.timed("memory::context", q))[0] for q in queries]
     )
     if args.embedder == "builtin":
         results["query_embed"] = query_embed_percentiles([q["query"] for q in queries])
-    _, _, seconds = await client.many("memory.recall", queries * 4, concurrency=16)
+    _, _, seconds = await client.many("memory::recall", queries * 4, concurrency=16)
     results["recall"]["per_second_16_in_flight"] = round(len(queries) * 4 / seconds)
     results["recall_while_storing"] = await _mixed(client, corpus, queries, args.concurrency)
     if args.embedder != "none":
@@ -196,12 +197,12 @@ async def _mixed(
 ) -> dict[str, float]:
     """Sequential recalls while stores keep arriving: the index must stay cheap to update."""
     writes = [{"agentId": AGENT, "content": corpus.text(8, 40)} for _ in range(len(queries) * 8)]
-    storing = asyncio.create_task(client.many("memory.store", writes, concurrency=concurrency))
+    storing = asyncio.create_task(client.many("memory::store", writes, concurrency=concurrency))
     latencies = []
     for query in queries:
         if storing.done():
             break
-        latencies.append((await client.timed("memory.recall", query))[0])
+        latencies.append((await client.timed("memory::recall", query))[0])
     await storing
     return {**percentiles(latencies), "recalls": len(latencies)}
 
@@ -209,7 +210,7 @@ async def _mixed(
 def query_embed_percentiles(queries: list[str]) -> dict[str, float]:
     """The builtin model's time for one query, in this process while the worker is idle: the
     part of a recall's latency that is the model's, for the target 'embedding time + 5 ms'."""
-    from worker.app import builtin_model
+    from worker.embedders.configured import builtin_model
 
     model = builtin_model(os.environ.get("MEMORY_WORKER_BUILTIN_MODEL", "minilm"))
     model.embed_queries(queries[:1])
@@ -392,22 +393,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state",
         action="store_true",
-        help="only section 14: kv set/get p50, claims/s with 32 claimers, usage query p50",
+        help="only the state beside memories: kv set/get p50, claims/s with 32 claimers, "
+        "usage query p50",
     )
     parser.add_argument("--workers", type=int, default=2, help="with --state: workers on one file")
     parser.add_argument(
         "--usage-records", type=int, default=1_000_000, help="with --state: usage rows queried"
     )
-    parser.add_argument("--locomo", help="a LoCoMo-format JSON file (../shared/bench/)")
+    parser.add_argument(
+        "--locomo",
+        metavar="PATH",
+        help="a LoCoMo-format JSON file: the LoCoMo benchmark's data/locomo10.json "
+        "(github.com/snap-research/LoCoMo) or some of its conversations; retrieval quality on it",
+    )
     parser.add_argument(
         "--sanitize",
         action="store_true",
-        help="only the sanitiser: false positives on LoCoMo (--locomo, or the dev split in "
-        "../shared/bench/), cost per turn, worst adversarial input",
+        help="only the sanitiser: false positives on the --locomo file's turns, cost per turn, "
+        "worst adversarial input",
     )
     parser.add_argument(
         "--merge", nargs="?", const="", metavar="PATH",
-        help="only consolidate's mergeThreshold: merges on LoCoMo (the dev split by default)",
+        help="only consolidate's mergeThreshold: merges on a LoCoMo-format file (as --locomo)",
     )  # fmt: skip
     parser.add_argument(
         "--sanitize-kib", type=int, default=512, help="size of each adversarial input, KiB"
@@ -417,19 +424,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sharded",
         action="store_true",
-        help="only section 16: 1, 2, 3 shards on a loopback 3-node cluster, failover, log cost",
+        help="only sharded mode: 1, 2, 3 shards on a loopback 3-node cluster, failover, log cost",
     )
     parser.add_argument(
         "--scale",
-        help="only issue 21: one agent of each of these sizes (e.g. 100000,300000,1000000) "
+        help="only large agents: one agent of each of these sizes (e.g. 100000,300000,1000000) "
         "written straight into a file; recall with keywords and with vectors, restarts, RSS",
     )
     parser.add_argument(
         "--vector-index",
-        help="only the vector index on LoCoMo (--locomo, or the dev split in ../shared/bench/) "
-        "with the builtin model: exact, then codes with each of these shortlists (e.g. 50,1000)",
+        help="only the vector index on the --locomo file with the builtin model: exact, then "
+        "codes with each of these shortlists (e.g. 50,1000)",
     )
     index_memory.add_arguments(parser)
+    add_fairness_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
 
 
@@ -455,6 +463,10 @@ def main(args: argparse.Namespace) -> int:
             index_memory.measure(args.index_memory, args.budget, runs=args.runs, idle_s=args.idle)
         )
         print(json.dumps(found) if args.json else _rows(index_memory.rows(found)))
+        return 0
+    if args.fairness:
+        fairness = run_fairness(args)
+        print(json.dumps(fairness) if args.json else _rows(fairness_rows(fairness)))
         return 0
     if args.scale:
         scale = asyncio.run(run_scale(args))

@@ -28,14 +28,16 @@ async def measure_eviction(
         }
         for n in range(memories)
     ]
-    await client.many("memory.store", payloads, concurrency=concurrency)
+    await client.many("memory::store", payloads, concurrency=concurrency)
     # Loaded, as an agent in use is: eviction then also updates its recall index.
-    await client.timed("memory.recall", {"agentId": EVICT_AGENT, "query": corpus.text(3, 6)})
-    evicting = asyncio.create_task(client.timed("memory.evict", {"agentId": EVICT_AGENT, "cap": 0}))
+    await client.timed("memory::recall", {"agentId": EVICT_AGENT, "query": corpus.text(3, 6)})
+    evicting = asyncio.create_task(
+        client.timed("memory::evict", {"agentId": EVICT_AGENT, "cap": 0})
+    )
     stalls: list[float] = []
     while not evicting.done():
         write = {"agentId": BYSTANDER, "content": corpus.text(8, 40)}
-        stalls.append((await client.timed("memory.store", write))[0])
+        stalls.append((await client.timed("memory::store", write))[0])
     elapsed_ms, reply = await evicting
     seconds = elapsed_ms / 1000
     return {

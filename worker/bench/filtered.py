@@ -29,10 +29,10 @@ async def measure_filtered(
         }
         for n in range(memories)
     ]
-    await client.many("memory.store", payloads, concurrency=concurrency)
+    await client.many("memory::store", payloads, concurrency=concurrency)
     queries = [corpus.text(3, 6) for _ in range(RECALLS)]
     plain = {"agentId": FILTER_AGENT}
-    await client.timed("memory.recall", {**plain, "query": queries[0]})  # loads the index
+    await client.timed("memory::recall", {**plain, "query": queries[0]})  # loads the index
     figures: dict[str, Any] = {"memories": memories}
     window = {"since": 1_700_000_000_000, "until": 1_700_000_000_000 + memories // 100}
     for name, extra in (
@@ -41,7 +41,7 @@ async def measure_filtered(
         ("recall_window_1pct", window),
     ):
         latencies = [
-            (await client.timed("memory.recall", {**plain, "query": q, **extra}))[0]
+            (await client.timed("memory::recall", {**plain, "query": q, **extra}))[0]
             for q in queries
         ]
         figures[name] = percentiles(latencies)
@@ -49,7 +49,7 @@ async def measure_filtered(
     listed, cursor = 0, None
     while True:
         body = {**plain, "limit": PAGE, **({"cursor": cursor} if cursor else {})}
-        _, reply = await client.timed("memory.list", body)
+        _, reply = await client.timed("memory::list", body)
         listed += len(reply["memories"])
         cursor = reply["nextCursor"]
         if cursor is None:

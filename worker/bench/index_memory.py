@@ -83,11 +83,11 @@ async def _run_once(url: str, env: dict[str, str], agents: int, idle_s: float) -
         names = [f"small-{n:06d}" for n in range(agents)]
         stores = [{"agentId": name, "content": f"note {n} about the deploy"} for n, name in
                   enumerate(names)]  # fmt: skip
-        await client.many("memory.store", stores, concurrency=64)
+        await client.many("memory::store", stores, concurrency=64)
         figures["without_vector"] = await client.wait_for_vectors()
         figures["rss_stored_mb"] = rss_mb(worker.pid)
         recalls = [{"agentId": name, "query": "the deploy note"} for name in names]
-        replies, _, _ = await client.many("memory.recall", recalls, concurrency=16)
+        replies, _, _ = await client.many("memory::recall", recalls, concurrency=16)
         if any(len(reply["memories"]) != 1 for reply in replies):
             raise RuntimeError("an agent did not recall its one memory")
         figures["rss_loaded_mb"] = rss_mb(worker.pid)
@@ -95,7 +95,7 @@ async def _run_once(url: str, env: dict[str, str], agents: int, idle_s: float) -
         figures["rss_saved_mb"] = rss_mb(worker.pid)
         await asyncio.sleep(idle_s)
         figures["rss_idle_mb"] = rss_mb(worker.pid)
-        _, stats = await client.timed("memory.stats", {})
+        _, stats = await client.timed("memory::stats", {})
         figures["agents_loaded"] = stats.get("indexAgents")
         return figures
     finally:
@@ -142,8 +142,8 @@ def _free_port() -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--index-memory", type=int, metavar="N",
-        help="only issue 31: N agents of one memory with vectors, budget --budget MB; RSS "
-        "after loading them, after the index saver, idle (medians of --runs)",
+        help="only the index's memory budget: N agents of one memory with vectors, budget "
+        "--budget MB; RSS after loading them, after the index saver, idle (medians of --runs)",
     )  # fmt: skip
     parser.add_argument("--budget", type=int, default=512, help="with --index-memory: MB")
     parser.add_argument("--runs", type=int, default=3, help="with --index-memory")

@@ -1,7 +1,7 @@
 """Retrieval quality on a LoCoMo-format file: one agent per conversation, one memory per turn.
 
-The metric is the one ../shared/bench/README.md describes: for each question of categories
-1-4, the share of its evidence turns among the k memories memory::recall returns. The figures
+The metric (docs/recall.md): for each question of categories 1-4, the share of its evidence
+turns among the k memories memory::recall returns. The figures
 (overall, per category, per conversation and per half) are worker/bench/quality.py's.
 """
 
@@ -74,7 +74,7 @@ async def measure_locomo(
         agent = f"locomo-{conversation}"
         started = time.perf_counter()
         stored, _, seconds = await client.many(
-            "memory.store",
+            "memory::store",
             [{"agentId": agent, "content": c, "timestamp": t} for _, c, t in turns(sample)],
             concurrency=concurrency,
         )

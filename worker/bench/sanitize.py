@@ -71,8 +71,9 @@ def adversarial_inputs(size: int, seed: int = 17) -> dict[str, str]:
 
 
 def find_locomo(given: str | None) -> Path | None:
-    """The file given, else the dev split where ../shared/bench/README.md puts it: beside the
-    working directory or beside the repository."""
+    """The file given, else a dev split at shared/bench/locomo-dev.json beside the working
+    directory or beside the repository, where the development machines keep one (a clone has
+    none: the docs say to give --locomo)."""
     if given:
         return Path(given)
     relative = Path("shared", "bench", "locomo-dev.json")

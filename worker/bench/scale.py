@@ -63,9 +63,9 @@ async def measure_start(
         rss_before = _rss_mb(worker.pid)
         client = BenchClient(nc, timeout=300.0)
         payloads = [{"agentId": AGENT, "query": q} for q in queries]
-        first_ms, _ = await client.timed("memory.recall", payloads[0])
-        sequential = [await client.timed("memory.recall", p) for p in payloads[:recalls]]
-        _, _, seconds = await client.many("memory.recall", payloads, concurrency=16)
+        first_ms, _ = await client.timed("memory::recall", payloads[0])
+        sequential = [await client.timed("memory::recall", p) for p in payloads[:recalls]]
+        _, _, seconds = await client.many("memory::recall", payloads, concurrency=16)
         return {
             "first_recall_ms": round(first_ms, 1),
             **percentiles([ms for ms, _ in sequential]),

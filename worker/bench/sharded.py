@@ -70,7 +70,7 @@ async def _answering(client: BenchClient, timeout: float) -> float:
             raise TimeoutError(f"{len(pending)} agents still unanswered after {timeout:g}s")
         for agent in sorted(pending):
             try:
-                await client.timed("memory.recall", {"agentId": agent, "query": "note"})
+                await client.timed("memory::recall", {"agentId": agent, "query": "note"})
             except Exception:
                 continue
             pending.discard(agent)
@@ -84,11 +84,11 @@ async def _load(client: BenchClient) -> dict[str, Any]:
         {"agentId": AGENTS[n % len(AGENTS)], "content": f"note {n} about topic {n % 97}"}
         for n in range(STORES)
     ]
-    _, latencies, seconds = await client.many("memory.store", stores, concurrency=IN_FLIGHT)
+    _, latencies, seconds = await client.many("memory::store", stores, concurrency=IN_FLIGHT)
     recalls = []
     for n in range(RECALLS):
         body = {"agentId": AGENTS[n % len(AGENTS)], "query": f"topic {n % 97}"}
-        recalls.append((await client.timed("memory.recall", body))[0])
+        recalls.append((await client.timed("memory::recall", body))[0])
     return {
         "stores_per_second": round(STORES / seconds),
         "store": percentiles(latencies),

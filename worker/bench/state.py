@@ -32,21 +32,21 @@ async def measure_kv(client: BenchClient) -> dict[str, Any]:
     sets, gets = [], []
     for n in range(KV_REQUESTS):
         body = {"agentId": KV_AGENT, "key": f"key-{n % 100}", "value": {"n": n, "note": "x" * 64}}
-        sets.append((await client.timed("memory.kv.set", body))[0])
+        sets.append((await client.timed("memory::kv::set", body))[0])
     for n in range(KV_REQUESTS):
         body = {"agentId": KV_AGENT, "key": f"key-{n % 100}"}
-        gets.append((await client.timed("memory.kv.get", body))[0])
+        gets.append((await client.timed("memory::kv::get", body))[0])
     return {"set": percentiles(sets), "get": percentiles(gets), "requests": KV_REQUESTS}
 
 
 async def measure_claims(client: BenchClient) -> dict[str, Any]:
     posts = [{"title": f"task {n}", "createdBy": "bench-poster"} for n in range(TASKS)]
-    await client.many("memory.task.post", posts, concurrency=64)
+    await client.many("memory::task::post", posts, concurrency=64)
 
     async def claimer(agent: str) -> list[str]:
         taken: list[str] = []
         while True:
-            _, reply = await client.timed("memory.task.claim", {"agentId": agent})
+            _, reply = await client.timed("memory::task::claim", {"agentId": agent})
             if reply["task"] is None:
                 return taken
             taken.append(reply["task"]["taskId"])
@@ -105,10 +105,10 @@ async def measure_usage(client: BenchClient, db_path: Path, records: int) -> dic
         )
     figures: dict[str, Any] = {"records": records, "fill_seconds": round(fill_s, 1)}
     for name, bodies in shapes.items():
-        await client.timed("memory.usage.query", bodies[0])  # warm the page cache
-        latencies = [(await client.timed("memory.usage.query", b))[0] for b in bodies]
+        await client.timed("memory::usage::query", bodies[0])  # warm the page cache
+        latencies = [(await client.timed("memory::usage::query", b))[0] for b in bodies]
         figures[name] = percentiles(latencies)
-    _, whole = await client.timed("memory.usage.query", {"groupBy": "model"})
+    _, whole = await client.timed("memory::usage::query", {"groupBy": "model"})
     figures["events_counted"] = whole["total"]["events"]
     return figures
 

@@ -27,20 +27,23 @@ from scheduler.jobs import Schedule, default_jobs
 from worker.bus import MemoryService, connect
 from worker.config import Config
 from worker.dispatch import Dispatcher
+from worker.embedders.configured import make_embedder
 from worker.embedders.hashing import HashingModel
 from worker.ingest import Ingest
 from worker.metrics import MetricsServer
 from worker.readers import Readers
 from worker.recall_index.backfill import Backfill
 from worker.recall_index.index import MemoryIndex
+from worker.recalls_first import RecallsFirst
 from worker.registry import ROUTES, all_writes
+from worker.route import Route
 from worker.services import Services, wall_clock_ms
 from worker.shards.cron import partition_scheduler
 from worker.shards.fanout import OwnedReads
 from worker.shards.lease import Leases, open_bucket, preference
 from worker.shards.log import PartitionLog, ShardSetupError
 from worker.shards.node import PartitionNode
-from worker.shards.router import Router, serve_partition
+from worker.shards.router import Router, by_verb, serve_partition
 from worker.shards.snapshot import Snapshots, open_store, snapshot_forever
 from worker.telemetry import Telemetry
 from worker.tenancy import Grants, load_grants
@@ -84,8 +87,10 @@ async def _patiently(step: Callable[[], Awaitable[T]]) -> T:
 
 
 class ShardApp:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, routes: tuple[Route[Any, Any], ...] = ROUTES) -> None:
+        """`routes`: the trigger table it serves and replays (worker/registry.py)."""
         self.config = config
+        self.routes = routes
         self.name = config.shard_name or socket.gethostname()
         self.telemetry = Telemetry()
         self.nodes: dict[int, PartitionNode] = {}
@@ -101,7 +106,10 @@ class ShardApp:
         self.snapshots: Snapshots | None = None
         self._snapshotter: asyncio.Task[None] | None = None
         self._embedder: Any = None
-        self._replayer = Replayer(all_writes())
+        # One gate for the shard: its budget is of the shard's seconds, whatever the partitions.
+        self._recalls_first = RecallsFirst(config.recalls_first_ms)
+        self._replayer = Replayer(all_writes(routes))
+        self._by_verb = by_verb(routes)
         self._serving: set[asyncio.Task[None]] = set()
         self._crons: dict[int, asyncio.Task[None]] = {}
         self.schedule = Schedule(
@@ -124,8 +132,6 @@ class ShardApp:
         self.connection_lost.set()
 
     async def start(self) -> None:
-        from worker.app import make_embedder
-
         config = self.config
         self.nc = nc = await connect(config.nats_url, config, on_closed=self._nats_closed)
         js = nc.jetstream()
@@ -142,7 +148,7 @@ class ShardApp:
         self.leases = Leases(kv, self.name, config.lease_ttl)
         store = await _patiently(lambda: open_store(js, config.replicas))
         self.snapshots = Snapshots(js, store, config.partitions)
-        self._embedder = make_embedder(config, nc)
+        self._embedder = make_embedder(config, nc, self._recalls_first)
         front = Front(config, load_grants(config), self.telemetry)
         router = Router(
             nc,
@@ -151,9 +157,11 @@ class ShardApp:
             self._superseded,
             wait_for_owner=2 * config.lease_ttl,
         )
-        self.dispatcher = dispatcher = Dispatcher(front, ROUTES, self.telemetry, executor=router)
+        self.dispatcher = dispatcher = Dispatcher(
+            front, self.routes, self.telemetry, executor=router
+        )
         self._service = MemoryService(nc, dispatcher, "")
-        await self._service.start(ROUTES, self.telemetry.health.metadata)
+        await self._service.start(self.routes, self.telemetry.health.metadata)
         if config.ingest:  # durable ingestion, routed like a request
             self._ingest = Ingest(nc, dispatcher, tenancy=config.tenancy, replicas=config.replicas)
             await _patiently(self._ingest.start)
@@ -181,6 +189,7 @@ class ShardApp:
             nc=self.nc,
             keyword_mode=self.config.keyword,
             telemetry=self.telemetry,
+            recalls_first=self._recalls_first,
         )
 
     async def _balance_forever(self) -> None:
@@ -236,6 +245,7 @@ class ShardApp:
                 self._services,
                 self.plog,
                 self._replayer,
+                lease_fresh=lambda: self._lease_fresh(partition),
                 restore=self.snapshots.restore,
             )
             await node.open()
@@ -262,7 +272,9 @@ class ShardApp:
 
         async def accept(msg: Any) -> None:
             task = asyncio.create_task(
-                serve_partition(self.nc, node, msg, lambda: self._superseded(partition))
+                serve_partition(
+                    self.nc, node, msg, lambda: self._superseded(partition), self._by_verb
+                )
             )
             self._serving.add(task)
             task.add_done_callback(self._serving.discard)
@@ -277,11 +289,16 @@ class ShardApp:
         log.info("shard.owns", shard=self.name, partition=partition, replayed=replayed,
                  applied=node.applied)  # fmt: skip
 
-    def _superseded(self, partition: int) -> None:
-        """Another shard wrote to the partition: stop serving it at once."""
-        asyncio.get_running_loop().create_task(self._demote(partition, "superseded"))
+    def _superseded(self, partition: int) -> asyncio.Task[None]:
+        """Another shard wrote to the partition: stop serving it at once. The router awaits the
+        returned step-down before it forwards the refused request, so that the request cannot
+        reach this shard's own subscription while it drains (where it would be dropped, and its
+        caller wait out the forward timeout)."""
+        demote = self._demote(partition, "superseded")
+        stepping_down = asyncio.get_running_loop().create_task(demote)
         if self.leases is not None:
             self.leases.held.pop(partition, None)
+        return stepping_down
 
     def _start_backfill(self, node: PartitionNode) -> None:
         """The owner gives vectors to memories stored without one (logged like any write)."""
@@ -300,8 +317,11 @@ class ShardApp:
         node = self.nodes.get(partition)
         subscription = self._subscriptions.pop(partition, None)
         if subscription is not None:
+            # Drained, not dropped: a request already delivered (one this shard forwarded to
+            # itself on stepping down, say) is answered 503 and retried, where an unsubscribe
+            # discarded it and its caller waited out the 30 s forward timeout.
             with contextlib.suppress(Exception):
-                await subscription.unsubscribe()
+                await subscription.drain()
         if node is not None and node.services is not None and node.services.backfill:
             await node.services.backfill.close()
             node.services.backfill = None

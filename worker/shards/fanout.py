@@ -1,13 +1,14 @@
 """What a request over every agent gets from the partitions that hold them, added up into one
-reply (SCALE.md "Across agents"): counts summed, usage groups merged by key, and the audit as
-one listing, oldest first, whose cursor says how far each partition has been read. Each
-partition gets the request as dispatch scoped it, its caller's grants included
-(schema.base.OverAgents), so every partition keeps to them in its own SQL."""
+reply: counts summed, usage groups merged by key, and the audit as one listing, oldest first,
+whose cursor says how far each partition has been read. Each is a row's way of adding up
+(`Scope.every`, worker/route.py): `(request, partitions, ask, budget) -> reply`. Each partition
+gets the request as dispatch scoped it, its caller's grants included (schema.base.OverAgents),
+so every partition keeps to them in its own SQL."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import apsw
@@ -20,12 +21,22 @@ from handlers.paging import fitting_page
 from schema.life import AuditEvent, AuditReply, AuditRequest
 from schema.usage import UsageGroup, UsageQueryReply, UsageTotals
 from worker.readers import Readers
+from worker.route import Ask
 
-ALL_AUDIT = "memory::audit"
 DONE = -1  # a partition whose audit has been read to its end
-
-Ask = Callable[[dict[int, Any]], Awaitable[dict[int, Any]]]
 T = TypeVar("T")
+
+
+async def counts_added_up(request: Any, partitions: int, ask: Ask, budget: int) -> Any:
+    """Every partition asked the same request; their counts added up (`added_up`)."""
+    replies = await ask(dict.fromkeys(range(partitions), request))
+    return added_up([replies[k] for k in range(partitions)])
+
+
+async def usage_merged(request: Any, partitions: int, ask: Ask, budget: int) -> UsageQueryReply:
+    """Every partition asked the same usage query; their groups merged (`usage_added_up`)."""
+    replies = await ask(dict.fromkeys(range(partitions), request))
+    return usage_added_up([replies[k] for k in range(partitions)])
 
 
 def added_up(replies: list[Any]) -> Any:

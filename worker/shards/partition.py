@@ -10,9 +10,6 @@ must land apart.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
-
-from schema.base import tenant_of
 
 FNV_OFFSET = 0x811C9DC5
 FNV_PRIME = 0x01000193
@@ -39,24 +36,3 @@ def partition_of_token(token: str, partitions: int) -> int:
 
 def partition_of(tenant: str, agent_id: str, partitions: int) -> int:
     return partition_of_token(agent_token(tenant, agent_id), partitions)
-
-
-# A tenant's task board is one, whoever posts or claims: it lives in the partition of the
-# tenant's agent "" (as do its `shared` keys).
-TENANT_WIDE = frozenset(
-    {"memory::task::post", "memory::task::claim", "memory::task::complete", "memory::task::list"}
-)
-
-
-def home_of(trigger: str, request: Any) -> tuple[str, str] | None:
-    """The (tenant, agentId) whose partition holds what the request acts on; None for a request
-    over every agent."""
-    tenant = tenant_of(request)
-    if trigger in TENANT_WIDE:
-        return (tenant, "")
-    agent_id = getattr(request, "agent_id", None)
-    if isinstance(agent_id, str):
-        return (tenant, agent_id)
-    if getattr(request, "namespace", None) == "shared":
-        return (tenant, "")
-    return None

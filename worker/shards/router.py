@@ -2,17 +2,20 @@
 
 Every shard serves the plain subjects (`memory.store`, ...) in the usual queue group, so clients
 change nothing. Dispatch decodes and scopes a request there as in single mode (tenancy, grants,
-the audit's caller), then hands it to the router: a partition this shard owns runs it at once;
-any other is asked of its owner on `memory.p.<k>.<token>.<verb>` (queue group `memory-p<k>`),
-with the caller (and an ingested message's key) in headers that only the worker's own account
-can set (the deployment lets no tenant publish under `memory.p.>`). While a partition has no
-owner (a failover), the router retries for up to two lease TTLs before it answers 503.
+the audit's caller), then hands it to the router, which reads where it goes from its row's
+scope (worker/route.py): the agent's partition, the tenant's (its agent ""), or, for a request
+that names no agent, every partition, whose replies the scope adds up. A partition this shard
+owns runs it at once; any other is asked of its owner on `Route.partition_subject` (queue group
+`memory-p<k>`), with the caller (and an ingested message's delivery) in headers that only the
+worker's own account can set (the deployment lets no tenant publish under `memory.p.>`). While a
+partition has no owner (a failover), the router retries for up to two lease TTLs before it
+answers 503.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -20,34 +23,26 @@ import nats.errors
 import structlog
 
 from handlers.audit import Call
-from handlers.ingested import Delivery
+from handlers.ingested import Delivery, IngestKey
+from schema.base import tenant_of
 from schema.errors import Unavailable, WorkerError, error_reply
 from worker.audit import CALL
 from worker.client_errors import refusal
-from worker.dispatch import execute
+from worker.dispatch import execute, turn_of
 from worker.outgoing import ERROR_CODE, ERROR_TEXT
 from worker.payload import reply_budget, too_large
-from worker.registry import ROUTES, Route
-from worker.shards.fanout import ALL_AUDIT, added_up, audit_pages, usage_added_up
+from worker.route import Route
 from worker.shards.log import Superseded
 from worker.shards.node import NotOwner, PartitionNode
-from worker.shards.partition import agent_token, home_of, partition_of_token
+from worker.shards.partition import agent_token, partition_of_token
+from worker.turns import TURN
 
 log = structlog.get_logger()
-# What runs on every partition when no agent is named (SCALE.md "Across agents").
-FANNED_OUT = frozenset(
-    {"memory::evict", "memory::consolidate", "memory::stats", "memory::usage::query", ALL_AUDIT}
-)
 ALL_AGENTS = "_"  # the token of a fanned-out request's subject
 SOURCE = "Memory-Source"
 REQUESTER = "Memory-Requester"
 INGESTED = "Memory-Ingested"  # the ingested message a write belongs to (handlers/ingested.py)
-BY_VERB = {route.ingest_verb: route for route in ROUTES}
 RETRY_S = 0.2
-
-
-def partition_subject(partition: int, token: str, route: Route) -> str:
-    return f"memory.p.{partition}.{token}.{route.ingest_verb}"
 
 
 class Router:
@@ -56,7 +51,7 @@ class Router:
         nc: Any,
         partitions: int,
         owned: Callable[[int], PartitionNode | None],
-        on_superseded: Callable[[int], None],
+        on_superseded: Callable[[int], Awaitable[Any]],
         *,
         wait_for_owner: float,
         timeout: float = 30.0,
@@ -69,32 +64,23 @@ class Router:
         self.timeout = timeout
         self._encoder = msgspec.json.Encoder()
 
-    async def __call__(self, route: Route, request: Any) -> Any:
-        owner = home_of(route.trigger, request)
-        if owner is not None:
-            token = agent_token(*owner)
+    async def __call__(self, route: Route[Any, Any], request: Any) -> Any:
+        home = route.scope.home(request)
+        if home is not None:
+            token = agent_token(*home)
             return await self._at(partition_of_token(token, self.partitions), token, route, request)
-        if route.trigger not in FANNED_OUT:
+        add_up = route.scope.every
+        if add_up is None:
             raise Unavailable(
                 f"{route.trigger} without agentId (every agent at once) is not served in "
                 "sharded mode yet; name the agent"
             )
-        return await self._fan_out(route, request)
+        # Every partition's owner runs it over its own agents; the replies add up.
+        return await add_up(request, self.partitions, self._every(route), reply_budget(self.nc))
 
-    async def _fan_out(self, route: Route, request: Any) -> Any:
-        """Every partition's owner runs it over its own agents; the replies add up. A
-        partition without an owner is named in the refusal, never silently left out."""
-        if route.trigger == ALL_AUDIT:
-            budget = reply_budget(self.nc)
-            return await audit_pages(request, self.partitions, self._every(route), budget)
-        replies = await self._every(route)({k: request for k in range(self.partitions)})
-        answered = [replies[k] for k in range(self.partitions)]
-        if route.trigger == "memory::usage::query":
-            return usage_added_up(answered)
-        return added_up(answered)
-
-    def _every(self, route: Route) -> Any:
-        """Ask each partition named its own request; their replies by partition."""
+    def _every(self, route: Route[Any, Any]) -> Any:
+        """Ask each partition named its own request; their replies by partition. A partition
+        without an owner is named in the refusal, never silently left out."""
 
         async def ask(requests: dict[int, Any]) -> dict[int, Any]:
             found = await asyncio.gather(
@@ -115,26 +101,29 @@ class Router:
 
         return ask
 
-    async def _at(self, partition: int, token: str, route: Route, request: Any) -> Any:
+    async def _at(self, partition: int, token: str, route: Route[Any, Any], request: Any) -> Any:
         node = self.owned(partition)
         if node is not None and node.services is not None:
             try:
                 return await execute(node.services, route, request)
-            except (Superseded, NotOwner):
-                self.on_superseded(partition)  # then ask whoever owns it now
+            except (Superseded, NotOwner) as error:
+                log.info("shard.write_refused", partition=partition, error=str(error))
+                await self.on_superseded(partition)  # stepped down: ask whoever owns it now
         return await self._forward(partition, token, route, request)
 
-    async def _forward(self, partition: int, token: str, route: Route, request: Any) -> Any:
+    async def _forward(
+        self, partition: int, token: str, route: Route[Any, Any], request: Any
+    ) -> Any:
         call = CALL.get()
         headers = {SOURCE: "bus" if call is None else call.source}
         if call is not None and call.requester:
             headers[REQUESTER] = call.requester
         if call is not None and call.message is not None:
-            headers[INGESTED] = msgspec.json.encode(call.message).decode()
+            headers[INGESTED] = msgspec.json.encode(call.message.delivery).decode()
         body = self._encoder.encode(request)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_for_owner
-        subject = partition_subject(partition, token, route)
+        subject = route.partition_subject(partition, token)
         while True:
             try:
                 msg = await self.nc.request(subject, body, timeout=self.timeout, headers=headers)
@@ -154,14 +143,23 @@ class Router:
             raise error
 
 
+def by_verb(routes: Iterable[Route[Any, Any]]) -> dict[str, Route[Any, Any]]:
+    """The rows by the words that end their partition subjects (`Route.verb`)."""
+    return {route.verb: route for route in routes}
+
+
 async def serve_partition(
-    nc: Any, node: PartitionNode, msg: Any, on_superseded: Callable[[], None]
+    nc: Any,
+    node: PartitionNode,
+    msg: Any,
+    on_superseded: Callable[[], object],
+    routes: dict[str, Route[Any, Any]],
 ) -> None:
-    """Answer one request forwarded to a partition this shard owns."""
+    """Answer one request forwarded to a partition this shard owns; `routes`: by verb."""
     encoder = msgspec.json.Encoder()
     headers = msg.headers or {}
     verb = ".".join(msg.subject.split(".")[4:])
-    route = BY_VERB.get(verb)
+    route = routes.get(verb)
     try:
         if route is None:
             raise Unavailable(f"no trigger {verb!r} here")
@@ -169,13 +167,26 @@ async def serve_partition(
             raise Unavailable(f"partition {node.partition} is not owned here any more")
         request = msgspec.json.decode(msg.data, type=route.request_type)
         message = headers.get(INGESTED)
-        delivery = None if message is None else msgspec.json.decode(message, type=Delivery)
+        key = None
+        if message is not None:  # kept where the asking shard's dispatch keeps it
+            delivery = msgspec.json.decode(message, type=Delivery)
+            key = IngestKey(*route.scope.keeper(request), delivery)
         token = CALL.set(
-            Call(route.trigger, headers.get(SOURCE, "bus"), headers.get(REQUESTER), delivery)
+            Call(route.trigger, headers.get(SOURCE, "bus"), headers.get(REQUESTER), key)
+        )
+        # The front took the request's turn; here its reads and its query take the tenant's.
+        agent = getattr(request, "agent_id", None)
+        turn = TURN.set(
+            turn_of(
+                node.services.config.tenancy,
+                tenant_of(request),
+                agent if isinstance(agent, str) else None,
+            )
         )
         try:
             reply = await execute(node.services, route, request)
         finally:
+            TURN.reset(turn)
             CALL.reset(token)
         body = encoder.encode(reply)
         budget = reply_budget(nc)
@@ -185,6 +196,7 @@ async def serve_partition(
     except WorkerError as error:
         await _respond_error(nc, msg, error)
     except (Superseded, NotOwner) as error:
+        log.info("shard.write_refused", partition=node.partition, error=str(error))
         on_superseded()
         await _respond_error(nc, msg, Unavailable(f"partition {node.partition}: {error}; retry"))
     except Exception as error:

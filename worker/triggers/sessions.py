@@ -1,5 +1,6 @@
-"""memory::session::compact as a write (worker/writes.py), so that a shard logs and replays it.
+"""Sessions: memory::session::list, get, compact and repair.
 
+Compaction is a flow around one write (worker/writes.py), so that a shard logs and replays it.
 What it awaits comes first, outside the writer: the plan read on a reader, the LLM's summary (or
 the fallback) and the summary's embedding (`prepare_compaction`). The decision holds all of it
 that the rows need (the references summarised, the summary's text, id, time and vector), so a
@@ -7,27 +8,40 @@ replay writes the same summary memory and the same list without asking the LLM a
 refuses a session whose list no longer starts with what was planned (handlers/session.py), so
 a compaction that lost a race with another changes nothing.
 
-Canonical sessions (worker/canonical.py) compact through the same steps.
+Canonical sessions (worker/triggers/canonical.py) compact through the same steps.
+
+A repair is a write row: its decision holds the seed of the ids of the messages it merges; once
+committed, the merged messages get their vectors (a batch now, the backfill the rest).
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import apsw
 import msgspec
 import numpy as np
 
-from handlers import session
+from handlers import listing, session
 from handlers.audit import Change
 from handlers.session import CompactionPlan
+from handlers.session_repair import repair
 from handlers.store import Embedding
 from schema.base import agent_of, tenant_of
-from schema.session import CompactReply, CompactRequest
+from schema.life import SessionGetReply, SessionGetRequest
+from schema.session import (
+    CompactReply,
+    CompactRequest,
+    RepairReply,
+    RepairRequest,
+    SessionListReply,
+    SessionListRequest,
+)
 from worker.llm import summarise
+from worker.route import Route
 from worker.services import Services
-from worker.writes import Write, commit
+from worker.writes import Write, commit, seeded_ids
 
 Summarizer = Literal["llm", "fallback"]
 
@@ -92,7 +106,7 @@ def apply_compacted(conn: apsw.Connection, d: Compacted) -> CompactReply:
     )  # fmt: skip
 
 
-COMPACT: Write[Compacted, CompactReply] = Write(
+COMPACTION: Write[Compacted, CompactReply] = Write(
     decision=Compacted,
     decide=lambda conn, req, now, p: decide_compaction(str(uuid.uuid4()), req, now, p),
     apply=apply_compacted,
@@ -112,7 +126,62 @@ async def session_compact(s: Services, req: CompactRequest) -> CompactReply:
     if isinstance(prepared, CompactReply):
         return prepared
     reply: CompactReply = await commit(
-        s, "memory::session::compact", COMPACT, req, prepared=prepared
+        s, "memory::session::compact", COMPACTION, req, prepared=prepared
     )
     backfill_if_unembedded(s, req, prepared)
     return reply
+
+
+class Repaired(msgspec.Struct, frozen=True):
+    """A repair decided: the request, its time, and the seed of the ids of merged messages."""
+
+    request: RepairRequest
+    at: int
+    seed: str
+
+
+REPAIRING: Write[Repaired, RepairReply] = Write(
+    decision=Repaired,
+    decide=lambda conn, req, now, _: Repaired(req, now, uuid.uuid4().hex),
+    apply=lambda conn, d: repair(conn, d.request, now=d.at, new_id=seeded_ids(d.seed)),
+    reply=lambda d, reply: reply,
+    changes=lambda d, reply: [Change(agent_of(d.request), count=reply.total_fixes)],
+)
+
+
+async def repaired(s: Services, req: RepairRequest, prepared: None, reply: RepairReply) -> None:
+    """Merged messages are new memories: a batch of them gets its vectors now (a no-op without
+    an embedder), the backfill takes any more."""
+    if reply.stats.consecutive_merged and s.backfill is not None:
+        tenant = tenant_of(req)
+        if not await s.backfill.fill_batch(tenant, req.agent_id):
+            s.backfill.add(tenant, req.agent_id)
+
+
+LIST = Route(
+    "memory::session::list",
+    SessionListRequest,
+    reply_type=SessionListReply,
+    read=session.session_list,
+)
+GET = Route(
+    "memory::session::get",
+    SessionGetRequest,
+    reply_type=SessionGetReply,
+    read=listing.session_messages,
+)
+COMPACT = Route(
+    "memory::session::compact",
+    CompactRequest,
+    reply_type=CompactReply,
+    flow=session_compact,
+    write=COMPACTION,
+)
+REPAIR = Route(
+    "memory::session::repair",
+    RepairRequest,
+    reply_type=RepairReply,
+    write=REPAIRING,
+    after=repaired,
+)
+ROUTES: tuple[Route[Any, Any], ...] = (LIST, COMPACT, REPAIR, GET)

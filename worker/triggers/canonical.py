@@ -1,13 +1,14 @@
-"""memory::canonical::append as writes (worker/writes.py): the message stored as a store stores
-it, counted, and the session compacted once it is long.
+"""Canonical sessions: memory::canonical::get, and memory::canonical::append as writes
+(worker/writes.py): the message stored as a store stores it, counted, and the session compacted
+once it is long.
 
 The append is the store's write with the canonical row beside it: the same preparation (the
-checks, the sanitiser, the embedding: worker/storing.py), the same decision (the memory's id,
-time and vector) and the same apply, then the count and the last channel in the same
-transaction. When the session's list has reached section 7's default threshold (30), the flow
-compacts it as memory::session::compact does (worker/compaction.py: plan, LLM or fallback,
-embedding, then one write) and the same write makes the summary the canonical one, so a session
-is never compacted without its summary set. That second write is logged under
+checks, the sanitiser, the embedding: worker/triggers/storing.py), the same decision (the
+memory's id, time and vector) and the same apply, then the count and the last channel in the
+same transaction. When the session's list has reached section 7's default threshold (30), the
+flow compacts it as memory::session::compact does (worker/triggers/sessions.py: plan, LLM or
+fallback, embedding, then one write) and the same write makes the summary the canonical one, so
+a session is never compacted without its summary set. That second write is logged under
 `memory::canonical::append:compact` and audited as an append with `{"compacted": n}`.
 """
 
@@ -22,6 +23,7 @@ import structlog
 
 from handlers.audit import Change
 from handlers.canonical import (
+    canonical_get,
     count_message,
     message_count,
     session_length,
@@ -30,19 +32,25 @@ from handlers.canonical import (
     user_of,
 )
 from schema.base import agent_of, tenant_of
-from schema.canonical import CanonicalAppendReply, CanonicalAppendRequest
+from schema.canonical import (
+    CanonicalAppendReply,
+    CanonicalAppendRequest,
+    CanonicalGetRequest,
+    CanonicalSession,
+)
 from schema.errors import Unavailable
 from schema.memory import StoreReply, StoreRequest
 from schema.session import CompactReply, CompactRequest
-from worker.compaction import (
+from worker.route import Route
+from worker.services import Services
+from worker.triggers.sessions import (
     Compacted,
     apply_compacted,
     backfill_if_unembedded,
     decide_compaction,
     prepare_compaction,
 )
-from worker.services import Services
-from worker.storing import (
+from worker.triggers.storing import (
     Prepared,
     Stored,
     apply_store,
@@ -54,7 +62,7 @@ from worker.storing import (
 from worker.writes import Write, commit
 
 log = structlog.get_logger()
-APPEND = "memory::canonical::append"
+APPEND_TRIGGER = "memory::canonical::append"
 COMPACT_TRIGGER = "memory::canonical::append:compact"
 
 
@@ -164,13 +172,11 @@ COMPACT_WRITE: Write[Compacted, CompactReply] = Write(
         Change(
             agent_of(d.request),
             [reply.summary_id or d.summary_id],
-            trigger=APPEND,
+            trigger=APPEND_TRIGGER,
             detail={"compacted": reply.summarized},
         )
     ],
 )
-# The write this flow commits beyond its trigger's own: what a shard must be able to replay.
-EXTRA_WRITES: dict[str, Write[Any, Any]] = {COMPACT_TRIGGER: COMPACT_WRITE}
 
 
 async def compact(s: Services, creq: CompactRequest) -> None:
@@ -183,7 +189,7 @@ async def compact(s: Services, creq: CompactRequest) -> None:
     try:
         await commit(s, COMPACT_TRIGGER, COMPACT_WRITE, creq, prepared=prepared)
     except Unavailable:
-        log.info("canonical.compaction_raced", trigger=APPEND, agent_id=creq.agent_id)
+        log.info("canonical.compaction_raced", trigger=APPEND_TRIGGER, agent_id=creq.agent_id)
         return
     backfill_if_unembedded(s, creq, prepared)
 
@@ -192,7 +198,7 @@ async def canonical_append(s: Services, req: CanonicalAppendRequest) -> Canonica
     """Stores and counts the message; when that made the session's list reach the threshold,
     compacts it before replying, so the summary is in place when the reply arrives."""
     prepared = await prepare_append(s, req)
-    answer: Answer = await commit(s, APPEND, APPEND_WRITE, req, prepared=prepared)
+    answer: Answer = await commit(s, APPEND_TRIGGER, APPEND_WRITE, req, prepared=prepared)
     s.telemetry.sanitized(tenant_of(req), answer.stored.redactions or {}, answer.stored.flags or [])
     if prepared.embedding is None and answer.stored.stored and s.backfill is not None:
         s.backfill.add(tenant_of(req), req.agent_id)  # deferred, or the embedder failed
@@ -203,3 +209,18 @@ async def canonical_append(s: Services, req: CanonicalAppendRequest) -> Canonica
     if answer.session_length >= creq.threshold:
         await compact(s, creq)
     return answer.reply
+
+
+GET = Route(
+    "memory::canonical::get", CanonicalGetRequest, reply_type=CanonicalSession, read=canonical_get
+)
+APPEND = Route(
+    APPEND_TRIGGER,
+    CanonicalAppendRequest,
+    reply_type=CanonicalAppendReply,
+    flow=canonical_append,
+    write=APPEND_WRITE,
+    also_logs={COMPACT_TRIGGER: COMPACT_WRITE},
+    ingest=True,
+)
+ROUTES: tuple[Route[Any, Any], ...] = (GET, APPEND)

@@ -11,9 +11,7 @@ Neither is all-or-nothing (the contract does not ask it): a crash part-way leave
 already committed applied. Evicting again finishes the job (what remains still matches); the
 rest of an interrupted decay waits for the next consolidation.
 
-Whoever fired them (the schedule, `memory-worker fire`, another service), operators are told
-what they did: dispatch calls `report` after a success, which logs `maintenance.done` with the
-reply's counts and keeps the job's last run in the telemetry, for memory::stats.
+Their rows, and what operators are told of them, are in worker/triggers/maintenance.py.
 """
 
 from __future__ import annotations
@@ -21,11 +19,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import apsw
 import msgspec
-import structlog
 from msgspec import UNSET
 
 from handlers.audit import purge as purge_audit
@@ -53,12 +50,8 @@ from handlers.merge import (
 )
 from schema.base import Agent
 from schema.memory import DAY_MS, ConsolidateReply, ConsolidateRequest, EvictReply, EvictRequest
-from schema.stats import RunFigures
-from worker.services import Context, Services
-from worker.telemetry import JobRecord, MaintenanceRun
+from worker.services import Services
 from worker.writes import Write, commit
-
-log = structlog.get_logger()
 
 # Memories per writer transaction: about 20 ms of deletes with their session references.
 CHUNK = 500
@@ -189,57 +182,3 @@ MERGE_CHUNK: Write[Merges, list[Merged]] = Write(
     reply=lambda merges, done: done,
     changes=lambda merges, done: merged_changes(done),
 )
-# The writes maintenance commits beyond its triggers' own: what a shard must be able to replay.
-EXTRA_WRITES: dict[str, Write[Any, Any]] = {AUDIT_RETENTION: PURGE_AUDIT, MERGE: MERGE_CHUNK}
-
-
-def counts(reply: msgspec.Struct) -> dict[str, int]:
-    """The reply's integer fields (evicted, stale, ..., memories_decayed), by their Python
-    names: the same words as the reply's keys, so a log line and a reply read alike."""
-    return {
-        name: value
-        for name, value in msgspec.structs.asdict(reply).items()
-        if isinstance(value, int) and not isinstance(value, bool)
-    }
-
-
-def job_name(trigger: str) -> str:
-    """The scheduler's name for a maintenance trigger (scheduler/jobs.py): its last part."""
-    return trigger.rsplit("::", 1)[-1]
-
-
-def report(s: Context, trigger: str, source: str, request: Any, reply: Any) -> None:
-    figures = counts(reply)
-    dry_run = bool(getattr(reply, "dry_run", False))
-    job = job_name(trigger)
-    log.info(
-        "maintenance.done",
-        trigger=trigger,
-        job=job,
-        source=source,
-        dry_run=dry_run,
-        duration_ms=getattr(reply, "duration_ms", None),
-        **figures,
-    )
-    record = s.telemetry.jobs.setdefault(
-        job, JobRecord(cron="")
-    )  # fired by hand, not on the schedule
-    run = MaintenanceRun(at=s.clock(), source=source, counts=figures, dry_run=dry_run)
-    record.last_run = run
-    if isinstance(request.tenant, str):  # it acted in that tenant only
-        record.runs_by_tenant[request.tenant] = run
-
-
-def run_figures(run: MaintenanceRun) -> RunFigures:
-    """The counts under the reply's own camelCase keys, as the wire spells them."""
-    return RunFigures(
-        at=run.at,
-        source=run.source,
-        counts={_camel(name): value for name, value in run.counts.items()},
-        dry_run=run.dry_run,
-    )
-
-
-def _camel(name: str) -> str:
-    head, *tail = name.split("_")
-    return head + "".join(part.title() for part in tail)

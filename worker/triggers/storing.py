@@ -1,6 +1,7 @@
 """memory::store and memory::update as writes (worker/writes.py): what they do before the
 writer — check the request, pass its text through the sanitiser (section 13), embed what will be
-stored — and their decide and apply steps.
+stored — and their decide and apply steps. Their rows are in worker/triggers/memory.py; a
+canonical append stores its message with the same steps (worker/triggers/canonical.py).
 
 The sanitiser runs before the hash and the embedding, so dedup, keywords and vectors only ever
 see the redacted text, and it runs on a thread for long texts (its worst case is a fraction of a
@@ -70,6 +71,7 @@ async def _embedded(s: Services, text: str, *, may_defer: bool) -> Embedding | N
 
 
 async def prepare_store(s: Services, req: StoreRequest) -> Prepared:
+    """Checked, sanitised and embedded: what a store or a canonical append decides from."""
     check_store(req, s.config.max_content_bytes)
     texts = [req.content] + ([] if req.summary is UNSET or not req.summary else [req.summary])
     parts = await _sanitized(s, texts)
@@ -156,13 +158,19 @@ def store_reply(d: Stored, done: tuple[StoreReply, bool]) -> StoreReply:
     return msgspec.structs.replace(reply, redactions=d.redactions, flags=d.flags)
 
 
+async def prepare_after_recalls(s: Services, req: StoreRequest) -> Prepared:
+    """A store starts after the recalls in progress (briefly: worker/recalls_first.py)."""
+    await s.recalls_first.after_recalls()
+    return await prepare_store(s, req)
+
+
 STORE: Write[Stored, tuple[StoreReply, bool]] = Write(
     decision=Stored,
     decide=decide_store,
     apply=apply_store,
     reply=store_reply,
     changes=store_changes,
-    prepare=prepare_store,
+    prepare=prepare_after_recalls,
 )
 
 
