@@ -117,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a tenant account and its users (repeat; default: the examples TEAM_A, TEAM_B)",
     )
     bench = commands.add_parser("bench", help="measure latency, throughput, RSS and quality")
-    from worker.bench.command import add_arguments
+    from worker.bench.arguments import add_arguments
 
     add_arguments(bench)
     backup = commands.add_parser("backup", help="copy the live database consistently to PATH")

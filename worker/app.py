@@ -29,8 +29,9 @@ import structlog
 from handlers.recall.vector_index import keeps_codes
 from scheduler.jobs import Schedule, default_jobs
 from scheduler.runner import Scheduler
-from worker.bus import MemoryService, connect
+from worker.bus import MemoryService
 from worker.config import Config
+from worker.connection import connect
 from worker.db import DatabaseUnusable, migrate, open_db, quick_check, unusable
 from worker.dispatch import Dispatcher
 from worker.embedded import EmbeddedServer

@@ -127,7 +127,7 @@ class MemoryClient:
         Raises Unreachable when no connection is made within the timeout (refused, TLS,
         credentials: the message names each server and the setting to look at), ValueError
         naming the entry of `url` that is not a NATS server's address."""
-        from worker.bus import ConnectionFailed, connect
+        from worker.connection import ConnectionFailed, connect
 
         config = load_config(os.environ) if config is None else config
         url = url or default_url(config)

@@ -25,18 +25,18 @@ import nats
 from worker.bench import index_memory
 from worker.bench.client import BenchClient, percentiles
 from worker.bench.corpus import Corpus
-from worker.bench.evict import eviction_rows, measure_eviction
-from worker.bench.fairness import add_fairness_arguments, fairness_rows, run_fairness
-from worker.bench.filtered import filtered_rows, measure_filtered
+from worker.bench.evict import measure_eviction
+from worker.bench.fairness import fairness_rows, run_fairness
+from worker.bench.filtered import measure_filtered
 from worker.bench.locomo import measure_locomo
-from worker.bench.mcp_trip import mcp_rows, measure_mcp_round_trip
+from worker.bench.mcp_trip import measure_mcp_round_trip
 from worker.bench.merge import run_merge
-from worker.bench.overhead import client_rows, measure_client_overhead
-from worker.bench.quality import locomo_rows
+from worker.bench.overhead import measure_client_overhead
+from worker.bench.report import rows_text, table
 from worker.bench.sanitize import find_locomo, run_sanitize
 from worker.bench.scale import measure_scale, scale_rows
 from worker.bench.sharded import measure_sharded, sharded_rows
-from worker.bench.state import measure_state, state_rows
+from worker.bench.state import measure_state
 from worker.bench.vector_quality import measure_vector_index, vector_index_rows
 from worker.embedded import EmbeddedServer
 from worker.tenancy import REQUEST_INFO, caller_of
@@ -298,149 +298,6 @@ async def run_scale(args: argparse.Namespace) -> list[dict[str, Any]]:
             server.stop()
 
 
-def table(results: dict[str, Any]) -> str:
-    if "state" in results:
-        return _rows(state_rows(results))
-    rows = [
-        ("embedder", results["embedder"]),
-        ("memories in one agent", results["memories"]),
-        ("tenancy", results["tenancy"]),
-        ("Nats-Request-Info parse us (median)", results["request_info_parse_us"]),
-        ("NATS echo p50 / p99 ms", f"{results['echo']['p50_ms']} / {results['echo']['p99_ms']}"),
-        ("store p50 / p99 ms", f"{results['store']['p50_ms']} / {results['store']['p99_ms']}"),
-        ("store p50 / echo p50", results["store"]["p50_vs_echo"]),
-        (f"stores per second ({results['concurrency']} in flight)", results["store"]["per_second"]),
-        *(
-            [("stores per second, vectors included", results["store"]["embedded_per_second"])]
-            if "embedded_per_second" in results["store"]
-            else []
-        ),
-        ("first recall (loads the index) ms", results["first_recall_ms"]),
-        ("recall p50 / p99 ms", f"{results['recall']['p50_ms']} / {results['recall']['p99_ms']}"),
-        ("recall p50 / echo p50", results["recall"]["p50_vs_echo"]),
-        (
-            "context p50 / p99 ms",
-            f"{results['context']['p50_ms']} / {results['context']['p99_ms']}",
-        ),
-        *(
-            [
-                ("query embedding p50 ms (builtin)", results["query_embed"]["p50_ms"]),
-                (
-                    "recall p50 minus embedding p50 ms",
-                    round(results["recall"]["p50_ms"] - results["query_embed"]["p50_ms"], 3),
-                ),
-            ]
-            if "query_embed" in results
-            else []
-        ),
-        ("recalls per second (16 in flight)", results["recall"]["per_second_16_in_flight"]),
-        (
-            "recall p50 / p99 ms while storing",
-            f"{results['recall_while_storing']['p50_ms']} / "
-            f"{results['recall_while_storing']['p99_ms']}",
-        ),
-        ("worker RSS before / after MB", f"{results['rss_before_mb']} / {results['rss_after_mb']}"),
-        *eviction_rows(results),
-        *filtered_rows(results),
-        *client_rows(results),
-        *mcp_rows(results),
-    ]
-    if "locomo" in results:
-        rows.extend(locomo_rows(results["locomo"], results["embedder"]))
-    return _rows(rows)
-
-
-def _rows(rows: list[tuple[str, Any]]) -> str:
-    width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--memories", type=int, default=10_000)
-    parser.add_argument("--concurrency", type=int, default=64, help="stores in flight")
-    parser.add_argument("--recalls", type=int, default=300, help="sequential recalls timed")
-    parser.add_argument("--echo", type=int, default=1000, help="echo round trips timed")
-    parser.add_argument("--embedder", choices=["builtin", "bus", "none"])
-    parser.add_argument("--keyword", choices=["share", "idf", "stems"])
-    parser.add_argument("--recall", choices=["formula", "expanded"])
-    parser.add_argument(
-        "--tenancy",
-        choices=["none", "account"],
-        default="none",
-        help="run the worker with MEMORY_WORKER_TENANCY=account, requests from one tenant",
-    )
-    parser.add_argument(
-        "--evict", type=int, default=10_000, help="memories in sessions to evict (0: skip)"
-    )
-    parser.add_argument(
-        "--filtered",
-        type=int,
-        default=0,
-        help="memories in one agent for recall with a 1%% filter and list paging (0: skip)",
-    )
-    parser.add_argument(
-        "--client",
-        type=int,
-        default=0,
-        help="calls timed for the Python client's overhead over raw nats-py requests (0: skip)",
-    )
-    parser.add_argument(
-        "--mcp",
-        type=int,
-        default=0,
-        help="memory_search calls timed over stdio through `memory-worker mcp` (0: skip)",
-    )
-    parser.add_argument(
-        "--state",
-        action="store_true",
-        help="only the state beside memories: kv set/get p50, claims/s with 32 claimers, "
-        "usage query p50",
-    )
-    parser.add_argument("--workers", type=int, default=2, help="with --state: workers on one file")
-    parser.add_argument(
-        "--usage-records", type=int, default=1_000_000, help="with --state: usage rows queried"
-    )
-    parser.add_argument(
-        "--locomo",
-        metavar="PATH",
-        help="a LoCoMo-format JSON file: the LoCoMo benchmark's data/locomo10.json "
-        "(github.com/snap-research/LoCoMo) or some of its conversations; retrieval quality on it",
-    )
-    parser.add_argument(
-        "--sanitize",
-        action="store_true",
-        help="only the sanitiser: false positives on the --locomo file's turns, cost per turn, "
-        "worst adversarial input",
-    )
-    parser.add_argument(
-        "--merge", nargs="?", const="", metavar="PATH",
-        help="only consolidate's mergeThreshold: merges on a LoCoMo-format file (as --locomo)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--sanitize-kib", type=int, default=512, help="size of each adversarial input, KiB"
-    )
-    parser.add_argument("--nats-url", help="bench the worker serving on this server instead")
-    parser.add_argument("--subject-prefix", default="")
-    parser.add_argument(
-        "--sharded",
-        action="store_true",
-        help="only sharded mode: 1, 2, 3 shards on a loopback 3-node cluster, failover, log cost",
-    )
-    parser.add_argument(
-        "--scale",
-        help="only large agents: one agent of each of these sizes (e.g. 100000,300000,1000000) "
-        "written straight into a file; recall with keywords and with vectors, restarts, RSS",
-    )
-    parser.add_argument(
-        "--vector-index",
-        help="only the vector index on the --locomo file with the builtin model: exact, then "
-        "codes with each of these shortlists (e.g. 50,1000)",
-    )
-    index_memory.add_arguments(parser)
-    add_fairness_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
-
-
 def main(args: argparse.Namespace) -> int:
     if args.sanitize:
         return run_sanitize(args)
@@ -448,7 +305,7 @@ def main(args: argparse.Namespace) -> int:
         return run_merge(args)
     if args.sharded:
         sharded = asyncio.run(measure_sharded())
-        print(json.dumps(sharded) if args.json else _rows(sharded_rows(sharded)))
+        print(json.dumps(sharded) if args.json else rows_text(sharded_rows(sharded)))
         return 0
     if args.vector_index:
         shortlists = [int(size) for size in args.vector_index.split(",")]
@@ -456,21 +313,21 @@ def main(args: argparse.Namespace) -> int:
         if locomo is None:
             raise SystemExit("bench --vector-index: no LoCoMo file; give one with --locomo")
         quality = asyncio.run(measure_vector_index(locomo, shortlists))
-        print(json.dumps(quality) if args.json else _rows(vector_index_rows(quality)))
+        print(json.dumps(quality) if args.json else rows_text(vector_index_rows(quality)))
         return 0
     if args.index_memory:
         found = asyncio.run(
             index_memory.measure(args.index_memory, args.budget, runs=args.runs, idle_s=args.idle)
         )
-        print(json.dumps(found) if args.json else _rows(index_memory.rows(found)))
+        print(json.dumps(found) if args.json else rows_text(index_memory.rows(found)))
         return 0
     if args.fairness:
         fairness = run_fairness(args)
-        print(json.dumps(fairness) if args.json else _rows(fairness_rows(fairness)))
+        print(json.dumps(fairness) if args.json else rows_text(fairness_rows(fairness)))
         return 0
     if args.scale:
         scale = asyncio.run(run_scale(args))
-        print(json.dumps(scale) if args.json else _rows(scale_rows(scale)))
+        print(json.dumps(scale) if args.json else rows_text(scale_rows(scale)))
         return 0
     results = asyncio.run(run_bench(args))
     print(json.dumps(results) if args.json else table(results))

@@ -24,8 +24,9 @@ import nats.errors
 import structlog
 
 from scheduler.jobs import Schedule, default_jobs
-from worker.bus import MemoryService, connect
+from worker.bus import MemoryService
 from worker.config import Config
+from worker.connection import connect
 from worker.dispatch import Dispatcher
 from worker.embedders.configured import make_embedder
 from worker.embedders.hashing import HashingModel

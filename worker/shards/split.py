@@ -193,7 +193,7 @@ async def split_and_upload(config: Config, url: str, out: Path, partitions: int)
     running cluster's data is never replaced)."""
     import nats.js.errors
 
-    from worker.bus import connect
+    from worker.connection import connect
     from worker.shards.log import stream_name
     from worker.shards.snapshot import Snapshots, open_store
 
@@ -228,8 +228,8 @@ async def split_and_upload(config: Config, url: str, out: Path, partitions: int)
 
 def split_command(config: Config, args: argparse.Namespace) -> int:
     """`memory-worker shard-split --db PATH --partitions N --out DIR [--upload]`."""
-    from worker.bus import ConnectionFailed
     from worker.commands import client_url
+    from worker.connection import ConnectionFailed
 
     partitions = config.partitions if args.partitions is None else args.partitions
     out, db = Path(args.out), Path(config.db_path)
