@@ -15,7 +15,7 @@ import nats
 import numpy as np
 import pytest
 
-from handlers.recall import Columns
+from handlers.recall.columns import Columns
 from handlers.store import insert_memory
 from tests.conftest import worker_config
 from tests.support import Client

@@ -18,9 +18,9 @@ import nats
 import numpy as np
 import pytest
 
-from handlers.recall import rank
+from handlers.recall.codes import sign_codes
+from handlers.recall.rank import rank
 from handlers.store import insert_memory
-from handlers.vector_index import sign_codes
 from schema.memory import RecallRequest
 from tests.conftest import worker_config
 from tests.support import Client
@@ -182,7 +182,7 @@ from worker.db import open_db
 from worker.readers import Readers
 from worker.recall_index.index import MemoryIndex
 from handlers.store import insert_memory
-from handlers.vector_index import sign_codes
+from handlers.recall.codes import sign_codes
 path = Path(sys.argv[1])
 writer = open_db(path)
 n = 0

@@ -12,7 +12,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers.recall import KeywordMode, rank
+from handlers.recall.keywords import KeywordMode
+from handlers.recall.rank import rank
 from handlers.text import STOPWORDS, stem
 from schema.memory import RecallRequest
 from schema.taxonomy import CATEGORIES, SENSITIVITIES

@@ -17,8 +17,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from handlers.recall import rank
-from handlers.vector_index import AUTO_THRESHOLD, VectorIndexSetting, chosen
+from handlers.recall.rank import rank
+from handlers.recall.vector_index import AUTO_THRESHOLD, VectorIndexSetting, chosen
 from schema.memory import RecallRequest
 from tests.conftest import worker_config
 from tests.support import Client

@@ -1,7 +1,7 @@
-"""The ranking without a query vector (handlers/topk.py), which skips memories by bounds, returns
-exactly what scoring every memory (recall.rank_all, the reference) returns: the same ids, in the
-same order, with the same scores, for random agents with skewed keywords, many exact ties,
-deletions, rescores, rows appended after the snapshot, and every filter."""
+"""The ranking without a query vector (handlers/recall/topk.py), which skips memories by bounds,
+returns exactly what scoring every memory (rank.rank_all, the reference) returns: the same ids,
+in the same order, with the same scores, for random agents with skewed keywords, many exact
+ties, deletions, rescores, rows appended after the snapshot, and every filter."""
 
 from __future__ import annotations
 
@@ -13,10 +13,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers.recall import KeywordMode, ids_of, keyword_weights, rank, rank_all
+from handlers.recall.block_bounds import BlockBounds
+from handlers.recall.filters import excluded_slots
+from handlers.recall.keywords import KeywordMode, keyword_weights
+from handlers.recall.order import ids_of
+from handlers.recall.rank import rank, rank_all
+from handlers.recall.slots import Dense, member
+from handlers.recall.topk import FAST_FROM, rank_without_vector
 from handlers.text import query_keywords
-from handlers.topk import FAST_FROM, excluded_slots, rank_without_vector
-from handlers.topk_rows import BlockBounds, Dense, member
 from schema.memory import RecallRequest
 from schema.taxonomy import CATEGORIES, SENSITIVITIES
 from worker.recall_index.agent_index import AgentIndex, Row
@@ -156,7 +160,7 @@ def test_skipping_ranking_equals_the_full_scan(
 
 
 def test_a_large_agent_without_a_query_vector_ranks_as_the_full_scan() -> None:
-    """recall.rank on an agent large enough for handlers/topk.py (default block size and
+    """recall.rank on an agent large enough for handlers/recall/topk.py (default block size and
     share of essential keywords) answers as the full scan does, in every keyword mode."""
     index = AgentIndex(anchor_ms=NOW - 3 * WEEK)
     index.load(memories(4, FAST_FROM + 5000))

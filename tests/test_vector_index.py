@@ -14,8 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers.recall import Columns, keyword_weights, rank, scores, shortlist_scores
-from handlers.vector_index import EXACT, VectorIndex, best_rows, hamming, shortlist, sign_codes
+from handlers.recall.codes import best_rows, hamming, shortlist, sign_codes
+from handlers.recall.columns import Columns
+from handlers.recall.formula import scores
+from handlers.recall.keywords import keyword_weights
+from handlers.recall.rank import rank
+from handlers.recall.vector_index import EXACT, VectorIndex, shortlist_scores
 from schema.memory import RecallRequest
 from tests.conftest import worker_config
 from tests.support import Client

@@ -26,7 +26,7 @@ from zoneinfo import ZoneInfo
 import apsw
 import structlog
 
-from handlers.vector_index import keeps_codes
+from handlers.recall.vector_index import keeps_codes
 from scheduler.jobs import Schedule, default_jobs
 from scheduler.runner import Scheduler
 from worker.bus import MemoryService

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import msgspec
 from croniter import croniter
 
-from handlers.vector_index import VectorIndexSetting
+from handlers.recall.vector_index import VectorIndexSetting
 from worker.redact import redact
 
 ENV_PREFIX = "MEMORY_WORKER_"
@@ -46,7 +46,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     ingest: bool = True
     keyword: Literal["share", "idf", "stems"] = "stems"
     # `formula`: recall is the exact top-k of the score; `expanded`: that ranking, with a memory
-    # lifted by its stronger neighbours in the conversation (handlers/expand.py).
+    # lifted by its stronger neighbours in the conversation (handlers/recall/expand.py).
     recall: Literal["formula", "expanded"] = "expanded"
     metrics_port: Port = 0
     # Loopback: the series name tenants; the deploy files set 0.0.0.0 where a scraper needs it.
@@ -56,9 +56,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     # cache that opens memory-mapped at the next start (worker/recall_index/persist.py).
     index_persist: bool = True
     # Recall with a query vector: `exact` reads every vector; `codes` ranks a shortlist picked
-    # with 1-bit sign codes (approximate, handlers/vector_index.py); `approximate` is `exact`
+    # with 1-bit sign codes (approximate, handlers/recall/codes.py); `approximate` is `exact`
     # below 50 000 vectors in the agent and `codes` from there; `auto` is `approximate` in the
-    # expanded recall mode and `exact` in `formula` (handlers/vector_index.py `chosen`).
+    # expanded recall mode and `exact` in `formula` (handlers/recall/vector_index.py `chosen`).
     vector_index: VectorIndexSetting = "auto"
     vector_candidates: Annotated[int, msgspec.Meta(ge=10, le=100_000)] = 1000
     consolidate_cron: str = "0 */6 * * *"

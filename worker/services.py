@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from handlers.recall import KeywordMode
+from handlers.recall.keywords import KeywordMode
 from worker.config import Config
 from worker.embedders import Embedder
 from worker.readers import Readers

@@ -1,5 +1,5 @@
-"""Recall's expanded mode (handlers/expand.py) over an agent's columns with a fixed now: a
-memory next to a strong hit in its conversation is lifted above one that is not."""
+"""Recall's expanded mode (handlers/recall/expand.py) over an agent's columns with a fixed now:
+a memory next to a strong hit in its conversation is lifted above one that is not."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any
 import apsw
 import pytest
 
-from handlers.expand import Expansion
-from handlers.expand import expanded_rank as expanded_rank_of
-from handlers.recall import Columns, rank
+from handlers.recall.columns import Columns
+from handlers.recall.expand import Expansion
+from handlers.recall.expand import expanded_rank as expanded_rank_of
+from handlers.recall.rank import rank
 from schema.memory import RecallRequest
 from tests.handlers.support import NOW, store
 from tests.handlers.test_stats_recall import columns

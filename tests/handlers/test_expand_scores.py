@@ -9,8 +9,9 @@ import msgspec
 import numpy as np
 import pytest
 
-from handlers.expand import Expansion, expanded_rank
-from handlers.recall import Columns, KeywordMode
+from handlers.recall.columns import Columns
+from handlers.recall.expand import Expansion, expanded_rank
+from handlers.recall.keywords import KeywordMode
 from schema.memory import RecallRequest
 from worker.embedders import normalise
 from worker.recall_index.agent_index import AgentIndex

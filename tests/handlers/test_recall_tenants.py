@@ -8,7 +8,7 @@ import apsw
 import numpy as np
 
 from handlers.backfill import missing_vector_agents, set_embeddings, vectorless
-from handlers.recall import recalled_memories, record_access
+from handlers.recall.trigger import recalled_memories, record_access
 from tests.handlers.support import NOW, rows
 from tests.handlers.support import insert_in_tenant as insert
 

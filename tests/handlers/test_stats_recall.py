@@ -6,7 +6,8 @@ from __future__ import annotations
 import apsw
 import pytest
 
-from handlers.recall import Columns, rank
+from handlers.recall.columns import Columns
+from handlers.recall.rank import rank
 from handlers.stats import database_counts
 from schema.memory import RecallRequest
 from tests.handlers.support import NOW, WEEK, store

@@ -1,8 +1,8 @@
 """LoCoMo retrieval figures: recall@5 and @10 overall, per category, per conversation and per
 half of the conversations.
 
-The halves are there for cross-validation: a constant of the ranking (handlers/expand.py) is
-chosen on one half and reported on the other, so that a figure is not one that fits these very
+The halves are there for cross-validation: a constant of the ranking (handlers/recall/expand.py)
+is chosen on one half and reported on the other, so that a figure is not one that fits these very
 conversations (README "Recall quality and speed").
 """
 

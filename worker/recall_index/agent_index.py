@@ -22,11 +22,11 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from handlers.recall import ROLE_CODES, Columns, canonical_json, growth, static_part
+from handlers.recall.block_bounds import BlockBounds
+from handlers.recall.codes import sign_codes, words_for
+from handlers.recall.columns import ROLE_CODES, Columns, canonical_json, growth, static_part
 from handlers.taxonomy import CATEGORY_CODES, SENSITIVITY_CODES, string_list
 from handlers.text import tokens
-from handlers.topk_rows import BlockBounds
-from handlers.vector_index import sign_codes, words_for
 from worker.recall_index.changes import Mark
 from worker.recall_index.lookups import Ids, MetadataLookup, SessionCodes, tag_key
 from worker.recall_index.mapping import FileRows, mapped
@@ -101,7 +101,7 @@ class AgentIndex:
         self.live_count = 0
         # The change log position this index is complete through (None: unknown).
         self.complete: Mark | None = None
-        # Sign codes of the vectors (handlers/vector_index.py), kept in step with them when
+        # Sign codes of the vectors (handlers/recall/codes.py), kept in step with them when
         # recall may use them: model -> (words, capacity) uint64, or None when not kept.
         self.codes: dict[str, np.ndarray] | None = {} if codes else None
         # `static` and `growth` in float32 where codes are kept: the codes path estimates every

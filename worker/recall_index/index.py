@@ -83,7 +83,7 @@ class MemoryIndex:
         """Loads run on the `readers` pool (a thread each) over connections of their own
         (`open_reader`, by default `readers.fresh`), closed when the load is done. With a
         `cache_dir`, agents are persisted there (`attach` starts the saver). With `codes` each
-        agent keeps its vectors' sign codes too (handlers/vector_index.py)."""
+        agent keeps its vectors' sign codes too (handlers/recall/codes.py)."""
         self._readers = readers
         self._open_reader = open_reader or readers.fresh
         self._max_bytes = max_bytes

@@ -32,7 +32,7 @@ class Loader:
         *,
         codes: bool = False,
     ) -> None:
-        """`codes`: agents keep their vectors' sign codes (handlers/vector_index.py)."""
+        """`codes`: agents keep their vectors' sign codes (handlers/recall/codes.py)."""
         self.store = store
         self.codes = codes
         self._clock = clock

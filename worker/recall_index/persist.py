@@ -31,7 +31,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from handlers.vector_index import AUTO_THRESHOLD, words_for
+from handlers.recall.codes import words_for
+from handlers.recall.vector_index import AUTO_THRESHOLD
 from worker.recall_index.agent_index import COLUMNS, AgentIndex, AgentKey
 from worker.recall_index.changes import Mark
 from worker.recall_index.compact import compacted, renumbering, row_chunks, stems_of, subset

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Iterator, Mapping
 import numpy as np
 import numpy.typing as npt
 
+from handlers.recall.slots import Dense
 from handlers.text import stem
-from handlers.topk_rows import Dense
 from worker.recall_index.mapping import mapped
 from worker.recall_index.strings import Strings
 

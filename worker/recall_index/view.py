@@ -9,7 +9,7 @@ import threading
 
 import apsw
 
-from handlers.recall import Columns
+from handlers.recall.columns import Columns
 from worker.recall_index.agent_index import AgentIndex, AgentKey
 
 

@@ -23,7 +23,7 @@ import apsw
 import msgspec
 import structlog
 
-from handlers.vector_index import keeps_codes
+from handlers.recall.vector_index import keeps_codes
 from worker.config import Config
 from worker.db import migrate, open_db
 from worker.readers import Readers

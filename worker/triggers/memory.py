@@ -20,10 +20,12 @@ import msgspec
 from msgspec import UNSET
 
 from handlers import context as context_handler
-from handlers import expand
-from handlers import recall as recall_handler
+from handlers.recall import expand
+from handlers.recall import trigger as recall_handler
+from handlers.recall.order import ids_of
+from handlers.recall.rank import rank_rows
+from handlers.recall.vector_index import chosen
 from handlers.switch import switched_off
-from handlers.vector_index import chosen
 from schema.base import tenant_of
 from schema.context import ContextReply, ContextRequest
 from schema.life import UpdateReply, UpdateRequest
@@ -69,8 +71,8 @@ def _recall(
     if req.with_pinned:
         pinned = recall_handler.pinned_memories(conn, tenant, req.agent_id, req)
     excluded = frozenset(memory.id for memory in pinned or ())
-    # Expanded: the formula's ranking, reordered (handlers/expand.py).
-    ranking = expand.expanded_rows if s.config.recall == "expanded" else recall_handler.rank_rows
+    # Expanded: the formula's ranking, reordered (handlers/recall/expand.py).
+    ranking = expand.expanded_rows if s.config.recall == "expanded" else rank_rows
     rows = ranking(
         found.columns,
         req,
@@ -82,7 +84,7 @@ def _recall(
     )
     if not rows:
         return RecallReply(memories=[], pinned=pinned), now
-    ranked = recall_handler.ids_of(found.columns, rows)
+    ranked = ids_of(found.columns, rows)
     counts = found.count_access(
         conn, [(memory_id, slot) for (memory_id, _), (slot, _) in zip(ranked, rows, strict=True)]
     )

@@ -8,8 +8,8 @@ Keywords are split MaxScore-style: rare ones ("essential", small postings, visit
 first) have their rows scored exactly, which soon gives a high k-th score; common ones are left
 to the block pass, which scores a block's rows exactly, common keywords included, only when
 its prior bound plus their total weight reaches that k-th score. Every score is computed with
-the same floating point operations, in the same order, as `handlers.recall.scores`, and the
-final order is `handlers.recall.top_of`'s, so the result is the full scan's, bit for bit.
+the same floating point operations, in the same order, as `formula.scores`, and the
+final order is `order.top_of`'s, so the result is the full scan's, bit for bit.
 """
 
 from __future__ import annotations
@@ -21,11 +21,16 @@ import numpy as np
 import numpy.typing as npt
 from msgspec import UNSET
 
-from handlers import recall
-from handlers.topk_rows import BlockBounds, Dense, Filter, Rows, Scores, Top, in_ranges, member
+from handlers.recall.block_bounds import BlockBounds
+from handlers.recall.columns import WEEK_MS, Columns, Posting
+from handlers.recall.filters import Filter
+from handlers.recall.formula import prior
+from handlers.recall.keywords import Terms
+from handlers.recall.order import Ranked, Top, top_of
+from handlers.recall.slots import Dense, Rows, Scores, in_ranges, member
 from schema.memory import RecallRequest
 
-# Below this many rows the full scan (`recall.rank_all`) is as fast: a few vector operations.
+# Below this many rows the full scan (`rank.rank_all`) is as fast: a few vector operations.
 FAST_FROM = 32_768
 # Floating slack on every bound: a bound adds its terms in another order than a score does.
 SLACK = 1e-9
@@ -35,46 +40,20 @@ ESSENTIAL_SHARE = 1 / 16
 FULL_SCAN_SHARE = 0.5
 
 
-def excluded_slots(
-    columns: recall.Columns, excluded: set[str] | frozenset[str]
-) -> npt.NDArray[np.int64]:
-    """The slots of the excluded ids in this snapshot, ascending."""
-    if not excluded:
-        return np.zeros(0, dtype=np.int64)
-    if columns.slots_of is not None:
-        slots_of = columns.slots_of
-        found = [at for memory_id in excluded for at in slots_of(memory_id)]
-    else:
-        found = [
-            at for at, memory_id in enumerate(columns.ids[: columns.rows]) if memory_id in excluded
-        ]
-    slots = np.array(sorted(found), dtype=np.int64)
-    return slots[slots < columns.rows]
-
-
-def prior(columns: recall.Columns, rows: Rows, c: float) -> Scores:
-    """`recall.scores`'s first steps, on these rows only (the same operations, in order)."""
-    total: Scores = columns.growth[rows] * c
-    np.minimum(total, 1.0, out=total)
-    total *= 0.10
-    total += columns.static[rows]
-    return total
-
-
 def rank_without_vector(
-    columns: recall.Columns,
+    columns: Columns,
     req: RecallRequest,
     *,
     now: int,
-    terms: recall.Terms,
+    terms: Terms,
     excluded: Rows,
     bounds: BlockBounds,
     essential_share: float = ESSENTIAL_SHARE,
     full_scan_share: float = FULL_SCAN_SHARE,
-) -> recall.Ranked | None:
-    """`recall.rank`'s answer without a query vector (`terms`: the query's keyword weights,
+) -> Ranked | None:
+    """`rank.rank`'s answer without a query vector (`terms`: the query's keyword weights,
     `excluded`: the slots left out), or None when the bounds leave so many memories in play
-    that `recall.rank_all` is faster."""
+    that `rank.rank_all` is faster."""
     if columns.rows == 0:
         return []
     session_code = None
@@ -90,7 +69,7 @@ def rank_without_vector(
         essential = ranking.essential(essential_share, bounds)
         if not ranking.blocks(bounds, essential, full_scan_share):
             return None
-    return recall.top_of(columns, ranking.top.rows, ranking.top.scores, req)
+    return top_of(columns, ranking.top.rows, ranking.top.scores, req)
 
 
 class Ranking:
@@ -99,14 +78,14 @@ class Ranking:
 
     def __init__(
         self,
-        columns: recall.Columns,
+        columns: Columns,
         req: RecallRequest,
         now: int,
-        terms: recall.Terms,
+        terms: Terms,
         passes: Filter,
     ) -> None:
         self.columns, self.passes = columns, passes
-        self.c = 0.5 ** ((now - columns.anchor_ms) / recall.WEEK_MS)
+        self.c = 0.5 ** ((now - columns.anchor_ms) / WEEK_MS)
         # Postings in their own integer type: a million-row posting copied to int64 cost 1 ms.
         self.terms = terms
         # Keywords some row has, heaviest first (then rarest): MaxScore's order.
@@ -118,7 +97,7 @@ class Ranking:
         self.present.sort(key=lambda at: (-self.weight(at), len(self.posting(at))))
         self.top = Top(req.limit, -math.inf if req.min_score is UNSET else req.min_score)
 
-    def posting(self, at: int) -> recall.Posting:
+    def posting(self, at: int) -> Posting:
         posting = self.terms[at].posting
         assert posting is not None
         return posting

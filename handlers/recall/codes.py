@@ -16,21 +16,18 @@ ranked is ranked by its exact score, with the contract's tie-breaks.
 Codes are laid out one 64-bit word per row and block of 64 dimensions, shape (words, rows): a
 word's popcount over all rows is one numpy pass over contiguous memory, where counting along
 rows of 6 words was ten times slower.
+
+When a recall uses the codes, and the shortlist's exact scores: vector_index.py.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-VectorIndexMode = Literal["auto", "exact", "codes"]
-# `auto` ranks with the codes from this many vectors of the query's model in the agent: below
-# it, the exact scan takes a few milliseconds at most and nothing is missed.
-AUTO_THRESHOLD = 50_000
 # From this many rows (and 4 * COARSE_KEEP * candidates) the shortlist is picked in two passes.
 COARSE_FROM = 200_000
 COARSE_WORDS = 2
@@ -106,46 +103,6 @@ def best_rows(
             return found
     top = np.argpartition(values, len(values) - count)[len(values) - count :]
     return np.sort(top[values[top] > -np.inf])
-
-
-@dataclass(frozen=True)
-class VectorIndex:
-    """How recall uses the codes: `exact` never, `codes` always, `auto` from AUTO_THRESHOLD
-    vectors of the query's model; `candidates` is the shortlist re-scored exactly, picked with
-    the keyword term weighed `keyword_weight` in its estimate (the formula's 0.25; the expanded
-    mode weighs it more, handlers/expand.py)."""
-
-    mode: VectorIndexMode = "exact"
-    candidates: int = 1000
-    threshold: int = AUTO_THRESHOLD
-    keyword_weight: float = 0.25
-
-    def applies(self, vectors: int) -> bool:
-        return self.mode == "codes" or (self.mode == "auto" and vectors >= self.threshold)
-
-
-EXACT = VectorIndex()
-# MEMORY_WORKER_VECTOR_INDEX: what the operator names (`chosen` maps it to a VectorIndex).
-VectorIndexSetting = Literal["auto", "exact", "codes", "approximate"]
-
-
-def chosen(
-    setting: VectorIndexSetting, recall: Literal["formula", "expanded"], candidates: int
-) -> VectorIndex:
-    """The vector index a recall of this mode uses. `exact` never uses the codes; `codes`
-    always does and `approximate` from AUTO_THRESHOLD vectors, in both modes: the operator
-    named an approximate index. `auto` (the default) uses them from AUTO_THRESHOLD vectors in
-    the expanded mode only, whose ranking is not the formula's anyway; `formula` is then always
-    the exact top k, as contract section 3 has it unless an approximate index is named."""
-    if setting == "exact" or (setting == "auto" and recall == "formula"):
-        return VectorIndex("exact", candidates)
-    return VectorIndex("codes" if setting == "codes" else "auto", candidates)
-
-
-def keeps_codes(setting: VectorIndexSetting, recall: Literal["formula", "expanded"]) -> bool:
-    """Whether an agent's index keeps its vectors' sign codes: only where a recall may use them
-    (48 bytes a 384-d vector, and a float32 copy of two columns)."""
-    return chosen(setting, recall, 1).mode != "exact"
 
 
 def shortlist(

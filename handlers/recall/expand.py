@@ -25,24 +25,19 @@ import numpy as np
 import numpy.typing as npt
 from msgspec import UNSET
 
-from handlers.recall import (
-    Columns,
-    Ranked,
-    RankOptions,
-    Terms,
-    ids_of,
-    keyword_weights,
-    rank_rows,
-)
+from handlers.recall.columns import Columns
+from handlers.recall.keywords import Terms, keyword_weights
+from handlers.recall.order import Ranked, ids_of
+from handlers.recall.rank import RankOptions, rank_rows
+from handlers.recall.slots import member
+from handlers.recall.vector_index import EXACT
 from handlers.text import query_keywords
-from handlers.topk_rows import member
-from handlers.vector_index import EXACT
 from schema.memory import RecallRequest
 
 # Two memories without a session are neighbours only if stored this close in time: a chat's turns
 # are seconds to minutes apart, while memories an agent saves on different days are not one topic.
 SESSIONLESS_GAP_MS = 3_600_000
-# The keyword term's weight in the contract's formula (handlers/recall.py `scores`).
+# The keyword term's weight in the contract's formula (formula.py `scores`).
 FORMULA_KEYWORD_WEIGHT = 0.25
 
 

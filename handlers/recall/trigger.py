@@ -1,0 +1,121 @@
+"""memory::recall's own steps around the ranking (rank.py), the ones that touch the database: the
+query's bound, the agent's core memory (its pinned memories, returned apart), the rows of the
+memories ranked, and the access each recall counts.
+
+An agent is the pair (tenant, agentId): every read and write here names both, so that a recall
+in one tenant can neither return nor count an access of another tenant's memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apsw
+import msgspec
+
+from handlers.life import MEMORY_COLUMNS, memory_out
+from handlers.taxonomy import sensitivities_of, string_list
+from schema.errors import PayloadTooLarge
+from schema.life import MemoryOut
+from schema.memory import RecalledMemory, RecallReply, RecallRequest
+
+# What makes a memory part of the agent's core memory: pinned, or recall policy `always`
+# (the condition of the memories_core index, migration 0005).
+CORE = "pinned = 1 OR recall_policy = 'always'"
+
+
+def pinned_memories(
+    conn: apsw.Connection, tenant: str, agent_id: str, req: RecallRequest
+) -> list[MemoryOut]:
+    """The agent's core memory: its pinned memories and those whose recall policy is
+    `always`, at most 50, highest importance then newest, whatever the filters but
+    `maxSensitivity`; none whose policy is `never`; no access is counted."""
+    allowed = sensitivities_of(req)
+    sensitive = "" if allowed is None else f" AND sensitivity IN ({','.join('?' * len(allowed))})"
+    return [
+        memory_out(row)
+        for row in conn.execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND agent_id = ? "
+            f"AND ({CORE}) AND recall_policy != 'never' AND forgotten_at IS NULL{sensitive} "
+            "ORDER BY importance DESC, timestamp DESC, id LIMIT 50",
+            (tenant, agent_id, *(allowed or ())),
+        )
+    ]
+
+
+def check_recall(req: RecallRequest, max_query_bytes: int) -> None:
+    """A bound on the query: its keywords and embedding cost time in proportion to its length,
+    and one huge query would hold up other agents' recalls."""
+    if len(req.query) * 4 <= max_query_bytes:  # no UTF-8 character takes more than 4 bytes
+        return
+    size = len(req.query.encode("utf-8", errors="surrogatepass"))
+    if size > max_query_bytes:
+        raise PayloadTooLarge(
+            f"query is {size} bytes, more than the limit of {max_query_bytes} (at `$.query`)"
+        )
+
+
+def record_access(
+    conn: apsw.Connection, tenant: str, agent_id: str, memory_ids: list[str], *, now: int
+) -> None:
+    """Persist one access of each memory a recall returned."""
+    conn.executemany(
+        "UPDATE memories SET access_count = access_count + 1, "
+        "last_accessed = max(last_accessed, ?) WHERE tenant = ? AND agent_id = ? AND id = ?",
+        [(now, tenant, agent_id, memory_id) for memory_id in memory_ids],
+    )
+
+
+def recalled_memories(
+    conn: apsw.Connection,
+    tenant: str,
+    agent_id: str,
+    ranked: list[tuple[str, float]],
+    access_counts: dict[str, int],
+    *,
+    now: int,
+) -> RecallReply:
+    """The reply rows, in rank order, with each memory's access as counted by this recall.
+
+    A memory evicted since it was ranked is left out rather than brought back.
+    """
+    placeholders = ",".join("?" * len(ranked))
+    rows = {
+        row[0]: row
+        for row in conn.execute(
+            "SELECT id, role, content, timestamp, session_id, importance, confidence, "
+            "metadata, summary, category, sensitivity, recall_policy, tags, flags "
+            # `+tenant`, `+agent_id`: look rows up by primary key, not by scanning the agent.
+            "FROM memories WHERE +tenant = ? AND +agent_id = ? AND forgotten_at IS NULL "
+            f"AND id IN ({placeholders})",
+            (tenant, agent_id, *(memory_id for memory_id, _ in ranked)),
+        )
+    }
+    memories = []
+    for memory_id, score in ranked:
+        row = rows.get(memory_id)
+        if row is None or memory_id not in access_counts:
+            continue
+        metadata: dict[str, Any] | None = None if row[7] is None else msgspec.json.decode(row[7])
+        memories.append(
+            RecalledMemory(
+                id=row[0],
+                role=row[1],
+                content=row[2],
+                score=score,
+                timestamp=row[3],
+                session_id=row[4],
+                importance=row[5],
+                confidence=row[6],
+                access_count=access_counts[memory_id],
+                last_accessed=now,
+                metadata=metadata,
+                summary=row[8],
+                category=row[9],
+                sensitivity=row[10],
+                recall_policy=row[11],
+                tags=string_list(row[12]),
+                flags=string_list(row[13]),
+            )
+        )
+    return RecallReply(memories=memories)
