@@ -119,10 +119,13 @@ class Saver:
         if not written:
             self.store.drop(key)
         with self._guard:
-            if self._removals.get(key, (0.0, 0))[1] == count:
+            current = self._removals.get(key)
+            if current is None:  # erased meanwhile (drop): nothing left to rewrite
+                return
+            if current[1] == count:
                 del self._removals[key]
             else:  # removed meanwhile: maybe after the freeze; again, now
-                self._removals[key] = (time.monotonic(), self._removals[key][1])
+                self._removals[key] = (time.monotonic(), current[1])
 
     def drop(self, key: AgentKey) -> None:
         """Delete the agent's snapshots (its memories were erased), and any being written."""
