@@ -61,10 +61,10 @@ class Loader:
 
     def open_persisted(
         self, key: AgentKey, conn: apsw.Connection
-    ) -> tuple[AgentIndex, bool] | None:
-        """The agent's snapshot caught up with the change log, and whether the catch-up removed
-        a row it holds; None (and the snapshot dropped when it is damaged or cannot be caught
-        up) to load from SQLite instead."""
+    ) -> tuple[AgentIndex, bool, int] | None:
+        """The agent's snapshot caught up with the change log, whether the catch-up removed a
+        row it holds, and how many changes it replayed; None (and the snapshot dropped when it
+        is damaged or cannot be caught up) to load from SQLite instead."""
         if self.store is None:
             return None
         try:
@@ -85,7 +85,7 @@ class Loader:
                 for memory_id, op in collapse(changes).items():
                     removed |= apply_one(conn, key, loaded, memory_id, op)
                 loaded.complete = last_mark(conn)
-            return loaded, removed
+            return loaded, removed, len(changes)
         except (LogGap, ValueError, OSError, KeyError, TypeError) as error:
             log.warning("index.snapshot_unusable", error=f"{type(error).__name__}: {error}")
             self.store.drop(key)

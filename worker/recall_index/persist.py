@@ -46,14 +46,22 @@ VERSION = 2  # 2: live rows only; the mark's memory id as its tag
 STALE_TEMP_S = 3600.0  # a temporary directory this old was left by a crash
 
 
-# Rows of room for appends an agent gets beyond its rows, at least: in RAM (a load from SQLite)
-# as on disk, so that a small agent costs what it holds (the room was 4096 rows, 6.3 MB of
-# 384-d vectors for an agent of one memory); growth past the room doubles (AgentIndex._grow).
+# Rows of room for appends an agent gets beyond its rows, at least, in RAM (a load from SQLite),
+# so that a small agent costs what it holds (the room was 4096 rows, 6.3 MB of 384-d vectors for
+# an agent of one memory); growth past the room doubles (AgentIndex._grow), copying a mapped
+# column into RAM. On disk the room is a hole, which costs neither disk nor RAM until a row is
+# appended there: a snapshot has room for at least DISK_ROOM appends, more than an agent takes
+# before the saver writes it again (worker/recall_index/saver.py `due`) and it is reopened.
 MIN_ROOM = 16
+DISK_ROOM = 16_384
 
 
 def room(rows: int) -> int:
     return rows + max(MIN_ROOM, rows // 8)
+
+
+def disk_room(rows: int) -> int:
+    return rows + max(DISK_ROOM, rows // 8)
 
 
 def agent_name(key: AgentKey) -> str:
@@ -74,10 +82,10 @@ def _arrays(frozen: Frozen) -> Iterator[Part]:
     new_slot = renumbering(frozen.live)
     count = rows if kept is None else len(kept)
     for name, column in frozen.columns.items():
-        yield name, column[:rows], room(count), kept
+        yield name, column[:rows], disk_room(count), kept
     for number, (model, (matrix, flags)) in enumerate(frozen.vectors.items()):
-        yield f"vectors.{number}", matrix[:rows], room(count), kept
-        yield f"has_vector.{number}", flags[:rows], room(count), kept
+        yield f"vectors.{number}", matrix[:rows], disk_room(count), kept
+        yield f"has_vector.{number}", flags[:rows], disk_room(count), kept
         if model in frozen.codes:
             yield f"codes.{number}", frozen.codes[model][:, :rows], CODES, kept
     ids = frozen.ids[0].extended(frozen.ids[1])
@@ -131,7 +139,7 @@ def _save_codes(path: Path, codes: np.ndarray, kept: np.ndarray | None) -> int:
     word's rows: they are laid out by word, so each word's room is a hole in the middle of the
     file (a seek past it), written a word and chunk at a time."""
     count = codes.shape[1] if kept is None else len(kept)
-    capacity = room(count)
+    capacity = disk_room(count)
     header = {"descr": np.lib.format.dtype_to_descr(codes.dtype), "fortran_order": False}
     with open(path, "wb") as file:
         np.lib.format.write_array_header_1_0(file, {**header, "shape": (len(codes), capacity)})
