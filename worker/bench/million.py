@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -235,6 +236,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 for run in range(args.runs):
                     run_env = {**env, "MEMORY_WORKER_DB_PATH": f"{scratch}/{name}-{run}.db"}
                     runs.append(await one_run(name, server.url, run_env, args))
+                    print(json.dumps({name: runs[-1]}), file=sys.stderr, flush=True)
                     _remove(Path(run_env["MEMORY_WORKER_DB_PATH"]))
                 results[name] = runs
         finally:

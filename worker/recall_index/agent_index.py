@@ -225,16 +225,16 @@ class AgentIndex:
             made[model] = codes
         self.codes = made
 
-    def upsert(self, row: Row) -> None:
-        at = self._place(row)
+    def upsert(self, row: Row, *, new: bool = False) -> None:
+        """Add or rescore the row's memory (`new`: the caller knows no slot held it)."""
+        at = self._place(row, new=new)
         slot = self.slot_of(row[0]) if at is None else at
         if slot is not None:
             static, grown = float(self.column("static")[slot]), float(self.column("growth")[slot])
             self.bounds.widen(slot, static, grown, row[3])
         if at is None:
             return
-        for token in words(row):
-            self.postings.add(token, at)
+        self.postings.add_all(words(row), at)
         tags, keys = list_keys(row)
         for tag in tags:
             self.tag_slots.add(tag, at)

@@ -45,7 +45,7 @@ from worker.recall_index.agent_index import AgentIndex, AgentKey
 from worker.recall_index.budget import Budget
 from worker.recall_index.changes import ChangeReader, LogGap, trim
 from worker.recall_index.frozen import Frozen, freeze
-from worker.recall_index.loading import Loader, apply_one, collapse, later
+from worker.recall_index.loading import Loader, apply_many, collapse, later
 from worker.recall_index.persist import Store
 from worker.recall_index.release import RELEASER, Releaser
 from worker.recall_index.saver import ADOPT_AFTER, Saver
@@ -221,10 +221,7 @@ class MemoryIndex(Budget):
         changes: list[tuple[str, str]],
     ) -> bool:
         """Once per memory: the replay reads its row as it is now, whatever the changes."""
-        removed = False
-        for memory_id, op in collapse(changes).items():
-            removed |= apply_one(conn, key, loaded, memory_id, op)
-        return removed
+        return apply_many(conn, key, loaded, collapse(changes))
 
     def _install(
         self, key: AgentKey, loaded: AgentIndex, from_disk: bool, replayed: int, reopen: bool
@@ -304,21 +301,25 @@ class MemoryIndex(Budget):
         counts: dict[AgentKey, int] = {}
         removed: set[AgentKey] = set()
         adopt: list[AgentKey] = []
+        by_agent: dict[AgentKey, list[tuple[str, str]]] = {}
+        for key, memory_id, op in changes:
+            by_agent.setdefault(key, []).append((memory_id, op))
         with self._lock:
-            for key, memory_id, op in changes:
+            for key, changed in by_agent.items():
                 pending = self._loading.get(key)
                 if pending is not None:
-                    pending.changes.append((memory_id, op))
+                    pending.changes.extend(changed)
                 index = self._agents.get(key)
                 if index is not None:
-                    if apply_one(conn, key, index, memory_id, op):
+                    if apply_many(conn, key, index, collapse(changed)):
                         removed.add(key)
-                    counts[key] = counts.get(key, 0) + 1
+                    counts[key] = len(changed)
                 elif pending is None:
-                    if self._loader.gone_from_cold(conn, key, memory_id, op):
+                    if any(self._loader.gone_from_cold(conn, key, *one) for one in changed):
                         removed.add(key)
-                    cold = self._cold[key] = self._cold.get(key, 0) + 1
-                    if cold % ADOPT_AFTER == 0:
+                    before = self._cold.get(key, 0)
+                    cold = self._cold[key] = before + len(changed)
+                    if cold // ADOPT_AFTER > before // ADOPT_AFTER:
                         adopt.append(key)
             if self._reader is not None:
                 for index in self._agents.values():

@@ -69,8 +69,9 @@ def agent_name(key: AgentKey) -> str:
     return hashlib.sha256(joined).hexdigest()[:32]
 
 
-# (file name, array, capacity to save it with, rows of it to save: None for all)
-Part = tuple[str, np.ndarray, int | None, np.ndarray | None]
+# (file name, array, capacity to save it with, rows of it to save: None for all, and the file
+# its rows are read from rather than through a mapping, if any)
+Part = tuple[str, np.ndarray, int | None, np.ndarray | None, FileRows | None]
 CODES = -1  # the capacity of a part that is sign codes, laid out (words, rows): `_save_codes`
 
 
@@ -82,18 +83,19 @@ def _arrays(frozen: Frozen) -> Iterator[Part]:
     new_slot = renumbering(frozen.live)
     count = rows if kept is None else len(kept)
     for name, column in frozen.columns.items():
-        yield name, column[:rows], disk_room(count), kept
+        yield name, column[:rows], disk_room(count), kept, None
     for number, (model, (matrix, flags)) in enumerate(frozen.vectors.items()):
-        yield f"vectors.{number}", matrix[:rows], disk_room(count), kept
-        yield f"has_vector.{number}", flags[:rows], disk_room(count), kept
+        source = frozen.file_rows.get(model)
+        yield f"vectors.{number}", matrix[:rows], disk_room(count), kept, source
+        yield f"has_vector.{number}", flags[:rows], disk_room(count), kept, None
         if model in frozen.codes:
-            yield f"codes.{number}", frozen.codes[model][:, :rows], CODES, kept
+            yield f"codes.{number}", frozen.codes[model][:, :rows], CODES, kept, None
     ids = frozen.ids[0].extended(frozen.ids[1])
     ids = ids if kept is None else subset(ids, kept)
     sessions = frozen.sessions[0].extended(frozen.sessions[1])
     for strings, name in ((ids, "ids"), (sessions, "sessions")):
         for part, array in strings.arrays().items():
-            yield f"{name}.{part}", array, None, None
+            yield f"{name}.{part}", array, None, None, None
     tokens, stems, tail = frozen.postings
     postings = tokens.merged(tail)
     if dead:
@@ -104,18 +106,24 @@ def _arrays(frozen: Frozen) -> Iterator[Part]:
         merged_stems = Postings(tokens, stems).merged_stems(new_tokens, len(tokens.keys))
     for name, lists in (("postings", postings), ("stems", merged_stems)):
         for file, array in lists.arrays(name).items():
-            yield file, array, None, None
+            yield file, array, None, None, None
     for name, (base, slots) in frozen.lists.items():
         merged = base.merged(slots)
         merged = compacted(merged, new_slot) if dead else merged
         for file, array in merged.arrays(name).items():
-            yield file, array, None, None
+            yield file, array, None, None, None
 
 
-def _save(path: Path, array: np.ndarray, capacity: int | None, kept: np.ndarray | None) -> int:
+def _save(
+    path: Path,
+    array: np.ndarray,
+    capacity: int | None,
+    kept: np.ndarray | None,
+    source: FileRows | None = None,
+) -> int:
     """Write an .npy file of array (of its rows `kept`); with a capacity, the rows then a hole
     up to it. Streamed: nothing larger than CHUNK is copied (slices of a contiguous array are
-    written as they are)."""
+    written as they are); rows a `source` file holds are read from it."""
     if capacity == CODES:
         return _save_codes(path, array, kept)
     count = len(array) if kept is None else len(kept)
@@ -123,7 +131,10 @@ def _save(path: Path, array: np.ndarray, capacity: int | None, kept: np.ndarray 
     header = {"descr": np.lib.format.dtype_to_descr(array.dtype), "fortran_order": False}
     with open(path, "wb") as file:
         np.lib.format.write_array_header_1_0(file, {**header, "shape": shape})
-        if kept is None:
+        if source is not None:
+            for block in source.blocks(array, len(array), kept, CHUNK):
+                _write_flat(file, block)
+        elif kept is None:
             _write_flat(file, array)
         else:
             for chunk in row_chunks(array, kept):
@@ -196,8 +207,8 @@ class Store:
         temp = self.root / f".tmp-{agent_name(frozen.key)}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         temp.mkdir()
         try:
-            sizes = {f"{name}.npy": _save(temp / f"{name}.npy", array, capacity, kept)
-                     for name, array, capacity, kept in _arrays(frozen)}  # fmt: skip
+            sizes = {f"{name}.npy": _save(temp / f"{name}.npy", array, capacity, kept, source)
+                     for name, array, capacity, kept, source in _arrays(frozen)}  # fmt: skip
             meta = {
                 "version": VERSION, "tenant": frozen.key[0], "agent": frozen.key[1],
                 "rows": int(np.count_nonzero(frozen.live)), "anchor_ms": frozen.anchor_ms,

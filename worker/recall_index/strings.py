@@ -11,6 +11,7 @@ changes from process to process).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from operator import mul
 
 import numpy as np
 import numpy.typing as npt
@@ -24,11 +25,21 @@ def encode(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
+def _powers(count: int) -> list[int]:
+    found = [1]
+    for _ in range(count - 1):
+        found.append((found[-1] * PRIME) & MASK)
+    return found
+
+
+# PRIME ** i (mod 2 ** 64): a string's hash is then one C-level pass (`sum(map(mul, ...))`),
+# where a Python loop over its bytes cost 10 us a token, paid for each new word a store adds.
+POWERS = _powers(1024)
+
+
 def one_hash(data: bytes) -> int:
-    value, power = 0, 1
-    for byte in data:
-        value = (value + byte * power) & MASK
-        power = (power * PRIME) & MASK
+    powers = POWERS if len(data) <= len(POWERS) else _powers(len(data))
+    value = int(sum(map(mul, data, powers))) & MASK
     return value ^ ((len(data) * LENGTH_MIX) & MASK)
 
 
@@ -137,18 +148,36 @@ class Strings(Sequence[str]):
 
     def positions(self, text: str) -> list[int]:
         """Every position holding this string (ids of dead rows may repeat a live one's)."""
-        if len(self.hashes) == 0:
+        hashes = self.hashes
+        count = len(hashes)
+        if count == 0:
             return []
         data = encode(text)
         key = np.uint64(one_hash(data))
-        low = int(np.searchsorted(self.hashes, key, side="left"))
+        low = int(hashes.searchsorted(key))
         found = []
-        while low < len(self.hashes) and self.hashes[low] == key:
+        while low < count and hashes[low] == key:
             at = int(self.order[low])
             if self.bytes_at(at) == data:
                 found.append(at)
             low += 1
         return found
+
+    def holding(self, texts: list[str]) -> list[bool]:
+        """Whether each string is here: hashed all at once, and only those whose hash is here
+        compared byte by byte (a store's new ids have none: one numpy pass for a batch)."""
+        if len(self.hashes) == 0 or not texts:
+            return [False] * len(texts)
+        encoded = [encode(text) for text in texts]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=offsets[1:])
+        blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        hashes = all_hashes(blob, offsets)
+        low = np.searchsorted(self.hashes, hashes, side="left")
+        hit = (low < len(self.hashes)) & (
+            self.hashes[np.minimum(low, len(self.hashes) - 1)] == hashes
+        )
+        return [bool(h) and bool(self.positions(text)) for h, text in zip(hit, texts, strict=True)]
 
     def find(self, text: str) -> int:
         """The first position of this string; -1 when absent."""
