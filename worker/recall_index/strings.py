@@ -19,6 +19,7 @@ import numpy.typing as npt
 MASK = (1 << 64) - 1
 PRIME = 0x100000001B3
 LENGTH_MIX = 0x9E3779B97F4A7C15
+HASH_BYTES = 1 << 22  # bytes of strings `all_hashes` hashes at a time
 
 
 def encode(text: str) -> bytes:
@@ -46,22 +47,30 @@ def one_hash(data: bytes) -> int:
 def all_hashes(
     blob: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.uint64]:
-    """one_hash of every string, vectorised (uint64 arithmetic wraps as the mask does)."""
+    """one_hash of every string, vectorised (uint64 arithmetic wraps as the mask does), a few
+    MB of strings at a time: the passes take 8 bytes of temporaries a byte (a million ids at
+    once took a GB)."""
     lengths = np.diff(offsets)
     count = len(lengths)
     if count == 0:
         return np.zeros(0, dtype=np.uint64)
     longest = int(lengths.max())
-    powers = np.ones(max(1, longest), dtype=np.uint64)
-    for at in range(1, longest):
-        powers[at] = (int(powers[at - 1]) * PRIME) & MASK
-    position = np.arange(len(blob), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
-    terms = blob.astype(np.uint64) * powers[position]
-    sums = np.zeros(len(blob) + 1, dtype=np.uint64)
-    np.cumsum(terms, dtype=np.uint64, out=sums[1:])
-    value = sums[offsets[1:]] - sums[offsets[:-1]]
+    powers = np.asarray(POWERS[:longest] if longest <= len(POWERS) else _powers(longest), np.uint64)
+    result = np.empty(count, dtype=np.uint64)
+    start = 0
+    while start < count:
+        fits = int(np.searchsorted(offsets, offsets[start] + HASH_BYTES, side="right")) - 1
+        end = min(count, max(start + 1, fits))
+        low, high = int(offsets[start]), int(offsets[end])
+        local = offsets[start : end + 1] - low
+        position = np.arange(high - low, dtype=np.int64) - np.repeat(local[:-1], lengths[start:end])
+        terms = blob[low:high].astype(np.uint64) * powers[position]
+        sums = np.zeros(high - low + 1, dtype=np.uint64)
+        np.cumsum(terms, dtype=np.uint64, out=sums[1:])
+        result[start:end] = sums[local[1:]] - sums[local[:-1]]
+        start = end
     mix = (lengths.astype(np.uint64) * np.uint64(LENGTH_MIX)).astype(np.uint64)
-    result: npt.NDArray[np.uint64] = value ^ mix
+    result ^= mix
     return result
 
 
@@ -98,11 +107,20 @@ class Strings(Sequence[str]):
         if not encoded and len(self) > 0:
             return self
         lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-        offsets = np.concatenate([self.offsets, self.offsets[-1] + np.cumsum(lengths)])
-        blob = np.concatenate([self.blob, np.frombuffer(b"".join(encoded), dtype=np.uint8)])
-        hashes = all_hashes(blob, offsets)
-        order = np.argsort(hashes, kind="stable")
-        return Strings(blob, offsets, hashes[order], order)
+        added = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=added[1:])
+        more = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        # Only the new strings are hashed, and merged into the sorted hashes: equal hashes stay
+        # in position order, as one stable sort of them all would have them.
+        new_hashes = all_hashes(more, added)
+        mine = np.argsort(new_hashes, kind="stable")
+        at = np.searchsorted(self.hashes, new_hashes[mine], side="right")
+        return Strings(
+            np.concatenate([self.blob, more]),
+            np.concatenate([self.offsets, self.offsets[-1] + added[1:]]),
+            np.insert(self.hashes, at, new_hashes[mine]),
+            np.insert(self.order, at, mine + len(self)),
+        )
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {
