@@ -119,3 +119,21 @@ def test_growth_past_a_snapshots_room_stays_exact_and_goes_back_to_the_mapped_fi
     assert reopened.postings.tail.nbytes() < grown_tail / 4  # what came after the snapshot
     assert reopened.nbytes() < grown_bytes / 4
     index.close()
+
+
+def test_an_agent_opened_again_after_its_snapshot_keeps_the_access_counts_it_held(
+    tmp_path: Path,
+) -> None:
+    """Recall counts an access in the index before SQLite has it (the write follows the
+    reply): once the saver has written the agent and opened it again, the next count goes on
+    from the index's, not from SQLite's older one."""
+    path = tmp_path / "memory.db"
+    writer = filled(path, 300)
+    index = index_on(path, writer)
+    ranked = [(memory_id, slot) for slot, memory_id in enumerate(index.agent(KEY).ids) if slot < 3]
+    reader = open_db(path)
+    assert index.snapshot(KEY).count_access(reader, ranked) == {m: 1 for m, _ in ranked}
+    assert index._saver is not None and index._saver.save(KEY)
+    assert until(lambda: mapped(index.agent(KEY).live))  # opened again from what it wrote
+    assert index.snapshot(KEY).count_access(reader, ranked) == {m: 2 for m, _ in ranked}
+    index.close()

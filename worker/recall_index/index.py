@@ -230,6 +230,12 @@ class MemoryIndex(Budget):
         if self._reader is not None and loaded.complete is not None:
             loaded.complete = later(loaded.complete, self._reader.mark)
         freed = self._sizes.get(key, 0)  # a fragmented or reopened agent's, replaced
+        replaced = self._agents.get(key)
+        if replaced is not None:  # the access counts it holds, which SQLite may not have yet
+            for slot, count in replaced.access.items():
+                at = loaded.slot_of(replaced.ids[slot])
+                if at is not None:
+                    loaded.access[at] = count
         self._agents[key] = loaded
         self._cold.pop(key, None)
         self._count(key)
