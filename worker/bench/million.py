@@ -109,15 +109,19 @@ async def recalls(client: BenchClient, queries: list[str]) -> dict[str, Any]:
             **percentiles(timed)}  # fmt: skip
 
 
-async def store_over_bus(client: BenchClient, count: int, seed: int = 7) -> float:
-    """Stores per second of `count` memories at 64 in flight."""
-    texts = Texts(seed)
+async def store_over_bus(
+    client: BenchClient, worker: Worker, count: int, seed: int = 7
+) -> tuple[float, float]:
+    """Stores per second of `count` memories at 64 in flight, and the worker's highest RSS
+    meanwhile (read between chunks)."""
+    texts, highest = Texts(seed), 0.0
     started = time.perf_counter()
     for start in range(0, count, CHUNK):
         batch = texts.many(min(CHUNK, count - start), 8, 40)
         payloads = [{"agentId": AGENT, "content": text} for text in batch]
         await client.many("memory::store", payloads, concurrency=64)
-    return round(count / (time.perf_counter() - started))
+        highest = max(highest, worker.rss())
+    return round(count / (time.perf_counter() - started)), highest
 
 
 async def paced_growth(
@@ -181,7 +185,8 @@ async def one_run(
         if path_name == "bus":
             worker = Worker(env, args.worker_tree)
             await worker.ready(nc)
-            found["stores_per_second"] = await store_over_bus(client, args.million)
+            rate, highest = await store_over_bus(client, worker, args.million)
+            found["stores_per_second"], found["rss_storing_mb"] = rate, highest
             if args.embedder == "bus":
                 found["without_vector"] = await client.wait_for_vectors(stall_s=60.0)
             found["stop_s"] = worker.stop(kill=args.million_stop == "kill")

@@ -7,6 +7,7 @@ from typing import Any
 
 FIGURES = (
     ("stores_per_second", "stores per second (64 in flight)"),
+    ("rss_storing_mb", "worker RSS while storing, highest MB"),
     ("without_vector", "memories without a vector after the stores"),
     ("fill_s", "file written straight, s"),
     ("first_stop_s", "first stop (writes the snapshot), s"),
