@@ -14,8 +14,9 @@ import pytest
 
 from tests.conftest import worker_config
 from tests.support import Client
-from worker.app import App, builtin_model
+from worker.app import App
 from worker.config import ConfigError, load_config
+from worker.embedders.choice import builtin_model
 from worker.embedders.local import MAX_YIELD_S, PASSAGE_BATCH, BatchingEmbedder
 from worker.embedders.minilm import MiniLM
 

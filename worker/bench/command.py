@@ -208,7 +208,7 @@ async def _mixed(
 def query_embed_percentiles(queries: list[str]) -> dict[str, float]:
     """The builtin model's time for one query, in this process while the worker is idle: the
     part of a recall's latency that is the model's, for the target 'embedding time + 5 ms'."""
-    from worker.app import builtin_model
+    from worker.embedders.choice import builtin_model
 
     model = builtin_model(os.environ.get("MEMORY_WORKER_BUILTIN_MODEL", "minilm"))
     model.embed_queries(queries[:1])

@@ -23,11 +23,11 @@ from typing import Any, NamedTuple
 from handlers.merge import apply_merges, count_removed, merge_agents, plan_agent_merges
 from handlers.store import write_store
 from schema.memory import ConsolidateRequest, StoreRequest
-from worker.app import builtin_model
 from worker.bench.locomo import turns
 from worker.bench.sanitize import find_locomo
 from worker.db import migrate, open_db
 from worker.embedders import Vector
+from worker.embedders.choice import builtin_model
 from worker.embedders.local import LocalModel
 
 THRESHOLDS = (0.90, 0.95, 0.98, 0.99)

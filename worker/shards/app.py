@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
@@ -27,14 +26,12 @@ from scheduler.jobs import Schedule, default_jobs
 from worker.bus import MemoryService, connect
 from worker.config import Config
 from worker.dispatch import Dispatcher
-from worker.embedders.hashing import HashingModel
+from worker.embedders.choice import make_embedder
 from worker.ingest import Ingest
 from worker.metrics import MetricsServer
 from worker.readers import Readers
-from worker.recall_index.backfill import Backfill
-from worker.recall_index.index import MemoryIndex
+from worker.recalls_first import RecallsFirst
 from worker.registry import ROUTES, all_writes
-from worker.services import Services, wall_clock_ms
 from worker.shards.cron import partition_scheduler
 from worker.shards.fanout import OwnedReads
 from worker.shards.lease import Leases, open_bucket, preference
@@ -42,25 +39,12 @@ from worker.shards.log import PartitionLog, ShardSetupError
 from worker.shards.node import PartitionNode
 from worker.shards.router import Router, serve_partition
 from worker.shards.snapshot import Snapshots, open_store, snapshot_forever
+from worker.storage import DRAIN_SECONDS, Shared
 from worker.telemetry import Telemetry
-from worker.tenancy import Grants, load_grants
-from worker.writer import Writer
+from worker.tenancy import load_grants
 from worker.writes import Replayer
 
 log = structlog.get_logger()
-DRAIN_SECONDS = 8.0
-
-
-@dataclass
-class Front:
-    """What dispatch reads on a shard, beside the partitions it routes to."""
-
-    config: Config
-    grants: Grants
-    telemetry: Telemetry = field(default_factory=Telemetry)
-    clock: Any = wall_clock_ms
-
-
 T = TypeVar("T")
 SETUP_PATIENCE_S = 60.0
 
@@ -88,6 +72,7 @@ class ShardApp:
         self.config = config
         self.name = config.shard_name or socket.gethostname()
         self.telemetry = Telemetry()
+        self.shared: Shared | None = None
         self.nodes: dict[int, PartitionNode] = {}
         self.nc: Any = None
         self.leases: Leases | None = None
@@ -124,8 +109,6 @@ class ShardApp:
         self.connection_lost.set()
 
     async def start(self) -> None:
-        from worker.app import make_embedder
-
         config = self.config
         self.nc = nc = await connect(config.nats_url, config, on_closed=self._nats_closed)
         js = nc.jetstream()
@@ -143,7 +126,13 @@ class ShardApp:
         store = await _patiently(lambda: open_store(js, config.replicas))
         self.snapshots = Snapshots(js, store, config.partitions)
         self._embedder = make_embedder(config, nc)
-        front = Front(config, load_grants(config), self.telemetry)
+        # What every partition's storage is handed, and what dispatch reads beside them. One
+        # recall gate for the process: a recall on any partition holds back every partition's
+        # writer, as it holds back single mode's (worker/recalls_first.py).
+        self.shared = shared = Shared(
+            config=config, gate=RecallsFirst(), telemetry=self.telemetry,
+            grants=load_grants(config), nc=nc,
+        )  # fmt: skip
         router = Router(
             nc,
             config.partitions,
@@ -151,7 +140,7 @@ class ShardApp:
             self._superseded,
             wait_for_owner=2 * config.lease_ttl,
         )
-        self.dispatcher = dispatcher = Dispatcher(front, ROUTES, self.telemetry, executor=router)
+        self.dispatcher = dispatcher = Dispatcher(shared, ROUTES, self.telemetry, executor=router)
         self._service = MemoryService(nc, dispatcher, "")
         await self._service.start(ROUTES, self.telemetry.health.metadata)
         if config.ingest:  # durable ingestion, routed like a request
@@ -170,18 +159,6 @@ class ShardApp:
             snapshot_forever(self.snapshots, owned, config.snapshot_interval)
         )
         log.info("shard.started", shard=self.name, partitions=config.partitions)
-
-    def _services(self, writer: Writer, readers: Readers, index: MemoryIndex) -> Services:
-        return Services(
-            config=self.config,
-            writer=writer,
-            readers=readers,
-            index=index,
-            embedder=self._embedder,
-            nc=self.nc,
-            keyword_mode=self.config.keyword,
-            telemetry=self.telemetry,
-        )
 
     async def _balance_forever(self) -> None:
         while True:
@@ -230,10 +207,11 @@ class ShardApp:
         node = self.nodes.get(partition)
         if node is None:
             assert self.plog is not None and self.snapshots is not None
+            assert self.shared is not None
             node = PartitionNode(
                 partition,
-                self.config,
-                self._services,
+                self.shared,
+                self._embedder,
                 self.plog,
                 self._replayer,
                 restore=self.snapshots.restore,
@@ -258,7 +236,9 @@ class ShardApp:
         await node.stop_following()
         replayed = await node.catch_up()
         node.owner = True
-        self._start_backfill(node)
+        # The owner gives vectors to memories stored without one (logged like any write).
+        assert node.storage is not None
+        node.storage.start_backfill()
 
         async def accept(msg: Any) -> None:
             task = asyncio.create_task(
@@ -283,16 +263,6 @@ class ShardApp:
         if self.leases is not None:
             self.leases.held.pop(partition, None)
 
-    def _start_backfill(self, node: PartitionNode) -> None:
-        """The owner gives vectors to memories stored without one (logged like any write)."""
-        assert node.services is not None
-        fell_back = self.config.builtin_model != "hash" and self._embedder.name == HashingModel.name
-        backfill = Backfill(
-            self._embedder, node.services.readers, node.services.writer, replace=not fell_back
-        )
-        node.services.backfill = backfill
-        backfill.start()
-
     async def _demote(self, partition: int, why: str) -> None:
         cron = self._crons.pop(partition, None)
         if cron is not None:
@@ -302,9 +272,8 @@ class ShardApp:
         if subscription is not None:
             with contextlib.suppress(Exception):
                 await subscription.unsubscribe()
-        if node is not None and node.services is not None and node.services.backfill:
-            await node.services.backfill.close()
-            node.services.backfill = None
+        if node is not None and node.storage is not None:
+            await node.storage.stop_backfill()
         if node is not None and node.owner:
             node.owner = False
             log.info("shard.steps_down", shard=self.name, partition=partition, why=why)
