@@ -40,8 +40,8 @@ from worker.shards.lease import Leases, open_bucket, preference
 from worker.shards.log import PartitionLog, ShardSetupError
 from worker.shards.node import PartitionNode
 from worker.shards.router import Router, by_verb, serve_partition
-from worker.storage import DRAIN_SECONDS, Shared
 from worker.shards.snapshot import Snapshots, open_store, snapshot_forever
+from worker.storage import DRAIN_SECONDS, Shared
 from worker.telemetry import Telemetry
 from worker.tenancy import load_grants
 from worker.writes import Replayer
@@ -308,9 +308,7 @@ class ShardApp:
     async def stop(self) -> None:
         for task in (self._balancer, self._snapshotter):
             if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancelled(task)
         if self._metrics is not None:
             await self._metrics.stop()
         if self._ingest is not None:
@@ -332,3 +330,15 @@ class ShardApp:
         if self.nc is not None and not self.nc.is_closed:
             await self.nc.drain()
         log.info("shard.stopped", shard=self.name)
+
+
+async def cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel the task and wait for its end. A cancellation can be lost on its way (nats-py
+    swallows CancelledError in a flush; Python 3.11's wait_for returns a result that arrived
+    with the cancellation), which left a shard's stop waiting forever on its balancer: so the
+    task is cancelled again until it ends."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.5)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
