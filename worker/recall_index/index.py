@@ -49,6 +49,7 @@ from worker.recall_index.loading import Loader, apply_many, collapse, later
 from worker.recall_index.persist import Store
 from worker.recall_index.release import RELEASER, Releaser
 from worker.recall_index.saver import ADOPT_AFTER, Saver
+from worker.recall_index.stand_in import stand_in
 from worker.recall_index.view import Snapshot
 
 log = structlog.get_logger()
@@ -60,6 +61,9 @@ TRIM_EVERY = 200
 # this many are left, which are replayed under the lock as it is installed: the writer, which
 # applies each commit under the lock, never waits for a long replay.
 REPLAY_UNDER_LOCK = 256
+# How long a recall waits for its agent's load (a large agent read from SQLite: 30 s or more at
+# a million memories) before it ranks a stand-in instead (`with_snapshot`).
+HOLD_S = 1.0
 
 
 @dataclass
@@ -89,6 +93,9 @@ class MemoryIndex(Budget):
         `cache_dir`, agents are persisted there (`attach` starts the saver). With `codes` each
         agent keeps its vectors' sign codes too (handlers/recall/codes.py)."""
         super().__init__(max_bytes, releaser)
+        self._clock = clock
+        # How long a recall waits for its agent's load before it ranks a stand-in.
+        self.hold_s = HOLD_S
         self._readers = readers
         self._open_reader = open_reader or readers.fresh
         self._loading: dict[AgentKey, _Load] = {}
@@ -104,7 +111,13 @@ class MemoryIndex(Budget):
         # On the event loop only: loads that recalls of one agent await together.
         self._shared_loads: dict[AgentKey, asyncio.Future[AgentIndex]] = {}
 
-    async def with_snapshot(self, key: AgentKey, fn: Callable[[apsw.Connection, Snapshot], T]) -> T:
+    async def with_snapshot(
+        self,
+        key: AgentKey,
+        fn: Callable[[apsw.Connection, Snapshot], T],
+        *,
+        query: str | None = None,
+    ) -> T:
         """Run fn on a reader thread, in one read transaction, with a snapshot of the agent.
 
         An agent not loaded is loaded first on a reader thread; recalls that need it meanwhile
@@ -112,15 +125,37 @@ class MemoryIndex(Budget):
         while it runs, so that recalls of other agents still find a free one. The snapshot is
         taken on the reader thread, not here: it needs the lock, which the writer holds while it
         applies a commit, and the event loop must not wait for that. An agent that left (or was
-        dropped) before fn ran is loaded again there, sharing a load the way `agent` does."""
+        dropped) before fn ran is loaded again there, sharing a load the way `agent` does.
+
+        A recall (`query` given) that has waited `hold_s` for a load still running (a large
+        agent read from SQLite: a first start without a snapshot) ranks a stand-in of the
+        agent's likeliest rows instead (worker/recall_index/stand_in.py); the load goes on."""
         if key not in self._agents:  # without the lock: a dict lookup is atomic
             load = self._shared_loads.get(key)
             if load is None:
                 load = asyncio.ensure_future(self._readers.run(lambda _: self.agent(key)))
                 self._shared_loads[key] = load
-                load.add_done_callback(lambda _: self._shared_loads.pop(key, None))
+                load.add_done_callback(lambda done: self._load_ended(key, done))
+            if query is not None:
+                await asyncio.wait({load}, timeout=self.hold_s)
+                if not load.done():
+                    return await self._readers.run(
+                        lambda conn: fn(conn, self._stand_in(conn, key, query))
+                    )
             await asyncio.shield(load)
         return await self._readers.run(lambda conn: fn(conn, self.snapshot(key)))
+
+    def _load_ended(self, key: AgentKey, load: asyncio.Future[AgentIndex]) -> None:
+        """A load's end: a failure is logged here too (recalls that took a stand-in no longer
+        await it)."""
+        self._shared_loads.pop(key, None)
+        if not load.cancelled() and load.exception() is not None:
+            log.warning("index.load_failed", error=type(load.exception()).__name__)
+
+    def _stand_in(self, conn: apsw.Connection, key: AgentKey, query: str) -> Snapshot:
+        """A snapshot of the agent's stand-in for this recall, read on conn."""
+        found = stand_in(conn, key, query, anchor_ms=self._clock(), codes=self._loader.codes)
+        return Snapshot(found.columns(), found, self._lock, key)
 
     def snapshot(self, key: AgentKey) -> Snapshot:
         """The agent's snapshot, loading it if needed (blocks: call it from a reader thread)."""
