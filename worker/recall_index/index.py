@@ -63,7 +63,7 @@ TRIM_EVERY = 200
 REPLAY_UNDER_LOCK = 256
 # How long a recall waits for its agent's load (a large agent read from SQLite: 30 s or more at
 # a million memories) before it ranks a stand-in instead (`with_snapshot`).
-HOLD_S = 1.0
+HOLD_S = 0.5
 
 
 @dataclass

@@ -2,8 +2,8 @@
 snapshot: 30 s or more at a million memories): a stand-in index of the rows most likely to be
 the answer, read for that recall alone.
 
-The stand-in holds the agent's RECENT most recent memories (those with the highest recency, so
-most of the best priors) and the MATCHED most recent whose content or summary holds a query
+The stand-in holds the agent's RECENT newest memories (by timestamp: the highest recency, so
+most of the best priors) and the MATCHED newest whose content or summary holds a query
 word (found with SQLite's LIKE on the word's stem, or what the stem shares with the word: a
 superset of the memories that hold the word). The recall then ranks it exactly as it ranks a
 loaded agent, so its answer is the loaded agent's whenever the best memories are among those
@@ -23,8 +23,8 @@ from handlers.text import query_keywords, stem
 from worker.recall_index.agent_index import ROW_SQL, AgentIndex, AgentKey, Row
 from worker.recall_index.loading import RECALLABLE
 
-RECENT = 4000
-MATCHED = 16_000
+RECENT = 1000
+MATCHED = 4000
 # The query's words looked for (the first ones): each is a LIKE over every row of the agent.
 WORDS = 8
 
@@ -52,7 +52,7 @@ def stand_in(
     rowids: set[int] = set()
     for (rowid,) in conn.execute(
         f"SELECT rowid FROM memories WHERE tenant = ? AND agent_id = ?{RECALLABLE} "
-        "ORDER BY rowid DESC LIMIT ?",
+        "ORDER BY timestamp DESC LIMIT ?",
         (*key, RECENT),
     ):
         rowids.add(rowid)
@@ -63,7 +63,7 @@ def stand_in(
         )
         found = conn.execute(
             f"SELECT rowid FROM memories WHERE tenant = ? AND agent_id = ?{RECALLABLE} "
-            f"AND ({matching}) ORDER BY rowid DESC LIMIT ?",
+            f"AND ({matching}) ORDER BY timestamp DESC LIMIT ?",
             (*key, *(like for like in likes for _ in range(2)), MATCHED),
         )
         rowids.update(rowid for (rowid,) in found)
