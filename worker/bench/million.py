@@ -60,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=int, default=500, help="with --million: growth stores/s")
     parser.add_argument("--duration", type=float, default=600.0, help="with --million: growth s")
     parser.add_argument("--worker-tree", help="with --million: run the worker from this checkout")
+    parser.add_argument(
+        "--million-from", metavar="FILE",
+        help="with --million: first-start and growth copy this file (its snapshots left out) "
+        "instead of writing one (e.g. a file of a million stored over the bus)",
+    )  # fmt: skip
 
 
 class Worker:
@@ -179,8 +184,11 @@ async def one_run(
     try:
         if path_name != "bus":
             started = time.perf_counter()
-            fill(db_path, AGENT, args.million, vectors=args.embedder == "bus",
-                 now=int(time.time() * 1000))  # fmt: skip
+            if args.million_from:
+                copy_file(Path(args.million_from), db_path)
+            else:
+                fill(db_path, AGENT, args.million, vectors=args.embedder == "bus",
+                     now=int(time.time() * 1000))  # fmt: skip
             found["fill_s"] = round(time.perf_counter() - started, 1)
         if path_name == "bus":
             worker = Worker(env, args.worker_tree)
@@ -194,6 +202,7 @@ async def one_run(
             worker = Worker(env, args.worker_tree)
             await worker.ready(nc)
             await recalls(client, queries[:2])
+            found["snapshot_s"] = await snapshot_written(db_path)
             found["first_stop_s"] = worker.stop()
         found["snapshot_before_start"] = any(Path(f"{db_path}.index").glob("[!.]*"))
         worker = Worker(env, args.worker_tree)
@@ -250,6 +259,31 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 helper.wait(timeout=20)
             server.stop()
     return results
+
+
+async def snapshot_written(db_path: Path, timeout: float = 1800.0) -> float:
+    """Seconds until the agent's snapshot is on disk (a large agent's load from SQLite goes on
+    after the recalls that a stand-in answered)."""
+    started = time.monotonic()
+    while not any(Path(f"{db_path}.index").glob("[!.]*-*")):
+        if time.monotonic() - started > timeout:
+            raise RuntimeError("no snapshot written")
+        await asyncio.sleep(0.5)
+    return round(time.monotonic() - started, 1)
+
+
+def copy_file(source: Path, target: Path) -> None:
+    """A consistent copy of a database file (SQLite's backup, whoever writes it meanwhile)."""
+    import apsw
+
+    into, source_conn = apsw.Connection(str(target)), apsw.Connection(str(source))
+    try:
+        with into.backup("main", source_conn, "main") as backup:
+            while not backup.done:
+                backup.step(-1)
+    finally:
+        source_conn.close()
+        into.close()
 
 
 def _remove(db_path: Path) -> None:

@@ -23,8 +23,8 @@ from handlers.text import query_keywords, stem
 from worker.recall_index.agent_index import ROW_SQL, AgentIndex, AgentKey, Row
 from worker.recall_index.loading import RECALLABLE
 
-RECENT = 1000
-MATCHED = 4000
+RECENT = 500
+MATCHED = 2000
 # The query's words looked for (the first ones): each is a LIKE over every row of the agent.
 WORDS = 8
 
