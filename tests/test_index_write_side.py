@@ -5,6 +5,7 @@ each snapshot of a loaded agent is opened again, so that growth goes back to the
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from handlers.store import insert_memory
 from tests.test_index_persist import KEY, answers, filled, fresh, index_on, opened_from_disk
 from worker.db import migrate, open_db
+from worker.readers import Readers
 from worker.recall_index import persist
 from worker.recall_index.index import MemoryIndex
 from worker.recall_index.mapping import mapped
@@ -137,3 +139,36 @@ def test_an_agent_opened_again_after_its_snapshot_keeps_the_access_counts_it_hel
     assert until(lambda: mapped(index.agent(KEY).live))  # opened again from what it wrote
     assert index.snapshot(KEY).count_access(reader, ranked) == {m: 2 for m, _ in ranked}
     index.close()
+
+
+def test_a_clean_stop_during_a_load_from_sqlite_writes_the_agent_once_it_is_loaded(
+    tmp_path: Path,
+) -> None:
+    """A stop soon after a first start, while the agent is still read from SQLite: the stop
+    waits for the load and writes its snapshot, so the next start opens it."""
+    path = tmp_path / "memory.db"
+    writer = filled(path, 300)
+    loading, release = threading.Event(), threading.Event()
+
+    def held_reader() -> apsw.Connection:
+        loading.set()
+        assert release.wait(20), "the test never released the load"
+        return open_db(path)
+
+    index = MemoryIndex(
+        Readers(path), max_bytes=10**9, clock=lambda: 5000, open_reader=held_reader,
+        cache_dir=Path(f"{path}.index"),
+    )  # fmt: skip
+    index.attach(writer)
+    load = threading.Thread(target=index.snapshot, args=(KEY,))
+    load.start()
+    assert loading.wait(20)
+    stop = threading.Thread(target=index.close)
+    stop.start()
+    release.set()
+    stop.join(30)
+    load.join(30)
+    assert snapshots(path), "the stop wrote no snapshot of the agent it was loading"
+    restarted = index_on(path, writer)
+    assert opened_from_disk(restarted)
+    assert answers(restarted) == fresh(path, writer)

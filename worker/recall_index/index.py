@@ -296,7 +296,13 @@ class MemoryIndex(Budget):
             self._saver.start()
 
     def close(self) -> None:
-        """Write the snapshots worth writing (clean shutdown)."""
+        """Write the snapshots worth writing (clean shutdown), after the loads in progress: an
+        agent still read from SQLite (a stop soon after a first start) is written too, not read
+        from SQLite again at the next start. The readers' close would wait for those loads."""
+        with self._lock:
+            loads = list(self._loading.values())
+        for pending in loads:
+            pending.done.wait()
         if self._saver is not None:
             self._saver.close()
 
