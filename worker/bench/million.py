@@ -201,7 +201,8 @@ async def one_run(
         elif path_name == "growth":  # a first start and a recall write the snapshot
             worker = Worker(env, args.worker_tree)
             await worker.ready(nc)
-            await recalls(client, queries[:2])
+            first = await recalls(client, queries[:2])
+            found["no_snapshot_first_recall_ms"] = first["first_recall_ms"]
             found["snapshot_s"] = await snapshot_written(db_path)
             found["first_stop_s"] = worker.stop()
         found["snapshot_before_start"] = any(Path(f"{db_path}.index").glob("[!.]*"))

@@ -10,6 +10,7 @@ FIGURES = (
     ("rss_storing_mb", "worker RSS while storing, highest MB"),
     ("without_vector", "memories without a vector after the stores"),
     ("fill_s", "file written straight, s"),
+    ("no_snapshot_first_recall_ms", "first start without a snapshot: first recall ms"),
     ("snapshot_s", "after the first recalls, until the snapshot is on disk, s"),
     ("first_stop_s", "first stop, s"),
     ("stop_s", "stop, s"),
