@@ -22,6 +22,7 @@ favorite|job|birthday> is", and "my wife is" only names who she is.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 
 import msgspec
 
@@ -40,36 +41,53 @@ class Statement(msgspec.Struct, frozen=True):
 
 
 HEADS = heads_pattern()
-CUE = re.compile(r"\b(?:i|im|ive|my|call)\b", re.IGNORECASE)
+# Where a head may start: "I", "Im", "Ive", "my", "call" (and a few harmless others). A plain
+# character set first lets the scan skip most of a text at C speed (6 ns a character here).
+CUE = re.compile(r"[iImMcC](?<=\b[iImMcC])(?:[mM]|[vV][eE]|[yY]|[aA][lL][lL])?\b")
 _BY_GROUP = {f"p{index}": phrasing for index, phrasing in enumerate(PHRASINGS)}
 MAX_WORDS = {
     "person": 4, "date": 6, "place": 8, "org": 8, "job": 6, "thing": 8, "favorite": 8, "language": 3
 }  # fmt: skip
 _EDGES = re.compile(r"^[^\w(]+|[^\w)]+$")
+# Bounds that keep a long text linear: the words read before a head, an object's length.
+WINDOW = 120
+LONGEST = 120
+CUES_READ = 1000
+HEADS_READ = 100
 _QUESTION = re.compile(r"\?\W*$")
 _LATER_CLAUSE = re.compile(r"[,;:–—]|\s-\s")
-_NEGATED = re.compile(r"\b(?:not|never|don['’]?t|dont|didn['’]?t)\s*$", re.IGNORECASE)
+_NEGATED = re.compile(r"\b(?:not|never|don['’]?t|dont|didn['’]?t)\s*$")
 _WORD = re.compile(r"[A-Za-z][\w'’.-]*")
 _I_FORMS = {"i", "i'm", "i’m", "im", "i've", "i’ve", "i'd", "i’d", "i'll", "i’ll"}
 _PARTICLES = {"de", "van", "von", "da", "del", "della", "la", "le", "di", "du", "bin", "al"}
 
 
 def extract_statements(text: str) -> list[Statement]:
-    """Every statement the text makes about its speaker, in order, each once."""
-    if not CUE.search(text):
-        return []
-    first = HEADS.search(text)
-    if first is None:  # most texts: one scan, no sentence split
-        return []
+    """Every statement the text makes about its speaker, in order, each once. Only the first
+    CUES_READ words "I", "my" and "call" are read, and the first HEADS_READ heads: a
+    conversation turn holds a few, a flood of them costs no more than this."""
     found: list[Statement] = []
-    for start, end in sentences(text):
-        if end <= first.start():
+    spans: list[tuple[int, int]] = []
+    asked: dict[int, int] = {}
+    heads = 0
+    for number, cue in enumerate(CUE.finditer(text)):
+        if number == CUES_READ or heads == HEADS_READ:
+            break
+        if HEADS.match(text, cue.start()) is None:  # most cues: no sentence split at all
             continue
+        heads += 1
+        if not spans:
+            spans = sentences(text)
+        start, end = spans[bisect_right(spans, (cue.start(), len(text))) - 1]
         sentence = text[start:end]
-        for match in HEADS.finditer(sentence):
-            statement = _statement(sentence, match)
-            if statement is not None and statement not in found:
-                found.append(statement)
+        match = HEADS.match(sentence, cue.start() - start)
+        if match is None:  # the head ran past its sentence's end
+            continue
+        if start not in asked:
+            asked[start] = _asked_from(sentence)
+        statement = _statement(sentence, match, asked[start])
+        if statement is not None and statement not in found:
+            found.append(statement)
     return found
 
 
@@ -88,23 +106,34 @@ def sentences(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _statement(sentence: str, match: re.Match[str]) -> Statement | None:
+def _asked_from(sentence: str) -> int:
+    """Where the clause a question asks starts (past the sentence's end if it asks nothing):
+    "I live in Paris, do you?" asks from its comma."""
+    if not _QUESTION.search(sentence[-12:]):
+        return len(sentence) + 1
+    marks = list(_LATER_CLAUSE.finditer(sentence))
+    return marks[-1].start() if marks else 0
+
+
+def _statement(sentence: str, match: re.Match[str], asked: int) -> Statement | None:
     phrasing = _BY_GROUP[str(match.lastgroup)]
-    if not _stated(sentence[: match.start()], phrasing):
+    before = sentence[max(0, match.start() - WINDOW) : match.start()].lower()
+    if not _stated(before, phrasing):
         return None
     if phrasing.kind == "number":
         obj, anymore, end = str(match.group("age") or match.group("turned")), False, match.end()
     else:
-        found = w.OBJECT_END[phrasing.kind if phrasing.kind in w.OBJECT_END else ""].search(
-            sentence, match.end()
-        )
-        end = found.start() if found else len(sentence)
+        ends_at = w.OBJECT_END[phrasing.kind if phrasing.kind in w.OBJECT_END else ""]
+        found = ends_at.search(sentence, match.end(), match.end() + LONGEST + 1)
+        end = found.start() if found else min(len(sentence), match.end() + LONGEST + 1)
+        if end - match.end() > LONGEST:
+            return None
         obj, anymore = _trimmed(sentence[match.end() : end], phrasing.kind)
         checked = _checked(obj, phrasing.kind, sentence)
         if checked is None:
             return None
         obj = checked
-    if _QUESTION.search(sentence) and not _LATER_CLAUSE.search(sentence, end):
+    if end > asked:
         return None  # in the clause that asks
     said = phrasing.anymore if anymore and phrasing.anymore else phrasing.plain
     if said is None:
@@ -116,11 +145,12 @@ def _statement(sentence: str, match: re.Match[str]) -> Statement | None:
 
 
 def _stated(before: str, phrasing: Phrasing) -> bool:
-    """False when the words before the head make it no statement of the speaker's."""
+    """False when the (lowercased) words before the head make it no statement of the
+    speaker's."""
     if len(w.QUOTES.findall(before)) % 2:
         return False  # inside a quotation
     reported = w.REPORTED.search(before)
-    if reported and reported.group("who").lower() not in _I_FORMS:
+    if reported and reported.group("who") not in _I_FORMS:
         return False
     marks = list(w.CLAUSE_MARK.finditer(before))
     clause = before[marks[-1].end() :] if marks else before
@@ -137,7 +167,7 @@ def _trimmed(raw: str, kind: str) -> tuple[str, bool]:
     obj = _EDGES.sub("", raw)
     tail = w.DATE_TAIL if kind == "date" else w.TAIL
     anymore = False
-    while obj:
+    for _ in range(8):
         trailing = tail.search(obj)
         if trailing is None:
             break
@@ -160,7 +190,9 @@ def _checked(obj: str, kind: str, sentence: str) -> str | None:
     if kind == "date":
         return obj if w.DATE_WORD.search(obj) else None
     if kind in ("thing", "favorite"):
-        return None if w.REMARK.search(obj) or w.SECOND_PERSON.search(obj) else obj
+        if w.REMARK.search(obj) or w.SECOND_PERSON.search(obj):
+            return None
+        return None if kind == "thing" and w.POINTING.search(obj) else obj
     if kind == "language":
         known = words[-1].lower() in w.LANGUAGES or obj.lower() in w.LANGUAGES
         return obj if known or (_capitalised(sentence) and obj[0].isupper()) else None
