@@ -134,3 +134,14 @@ def test_a_512_kib_text_built_to_be_slow_costs_under_a_second(unit: str) -> None
     started = time.thread_time()
     extract_statements(text)
     assert time.thread_time() - started < 1.0
+
+
+def test_a_place_or_name_that_is_no_such_thing_gives_nothing() -> None:
+    """ "I was born in 1990" names no place, "call me later" no name, "my birthday is coming
+    up" no date, "I work for myself" no workplace; their real counterparts do."""
+    for text in ("I was born in 1990.", "Call me later.", "My birthday is coming up!",
+                 "I work for myself.", "I'm from here.", "I speak to my mom daily."):  # fmt: skip
+        assert extract_statements(text) == [], text
+    assert extract_statements("I was born in Accra in 1990.") == [Statement("from", "Accra")]
+    assert extract_statements("Call me Kofi.") == [Statement("name", "Kofi")]
+    assert extract_statements("My birthday is on May 2.") == [Statement("birthday", "May 2")]

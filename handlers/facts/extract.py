@@ -187,6 +187,8 @@ def _checked(obj: str, kind: str, sentence: str) -> str | None:
         return None
     if kind == "person":
         return _name(words, sentence)
+    if kind == "place" and w.TIME_ONLY.match(obj):
+        return None
     if kind == "date":
         return obj if w.DATE_WORD.search(obj) else None
     if kind in ("thing", "favorite"):

@@ -134,7 +134,8 @@ PHRASINGS: tuple[Phrasing, ...] = (
              ("partner", False)),
     Phrasing("I'm no longer married to X", rf"{IM}{ADV}(?:{NO_LONGER}|not\s+)married\s+to\s+",
              "person", ("partner", True)),
-    Phrasing("I'm divorced from X", rf"{I_OR_IVE}{ADV}(?:got\s+|am\s+)?divorced\s+(?:from\s+)?",
+    Phrasing("I'm divorced from X",
+             rf"(?:{IM}{ADV}|{I_OR_IVE}{ADV}(?:got\s+)?)divorced\s+(?:from\s+)?",
              "person", ("partner", True), past=True),
     # likes, dislikes and their ends
     Phrasing("I like / love / enjoy X", rf"{I_}{ADV}{LIKE}s?\s+", "thing", ("likes", False)),
@@ -159,8 +160,10 @@ PHRASINGS: tuple[Phrasing, ...] = (
              r"(?:favou?rite|fave|fav)\s+(?P<thing>[a-z][a-z-]*(?:\s+[a-z][a-z-]*){0,3}?)\s*"
              rf"(?:is|are|{_APOS}s|has\s+to\s+be|must\s+be)\s+", "favorite", ("favorite", False)),
     Phrasing("I speak X", rf"{I_}{ADV}speak\s+", "language", ("speaks", False)),
-    Phrasing("I no longer speak X", rf"{I_}{ADV}(?:{NO_LONGER}|{NOT}{ADV})speak\s+", "language",
-             None, anymore=("speaks", True)),
+    Phrasing("I no longer speak X", rf"{I_}{ADV}{NO_LONGER}speak\s+", "language",
+             ("speaks", True)),
+    Phrasing("I don't speak X anymore", rf"{I_}{ADV}{NOT}{ADV}speak\s+", "language", None,
+             anymore=("speaks", True)),
     Phrasing("I'm allergic to X", rf"(?:{IM}{ADV}allergic\s+to|{I_}{ADV}have\s+(?:an?\s+)?"
              r"(?:\w+\s+)?allerg(?:y|ies)\s+to)\s+", "thing", ("allergic_to", False)),
     Phrasing("I'm no longer allergic to X",

@@ -185,6 +185,12 @@ SECOND_PERSON = re.compile(r"\b(?:you|your|yours|ya|u|y['’]all)\b", _I)
 # A taste that points at what the conversation holds ("I love having them around", "seeing it
 # like this") names nothing once read alone.
 POINTING = re.compile(r"\b(?:it|its|them|this|that|these|those|him|her|he|she|they|their)\b", _I)
+# A place that is only a time: "I was born in 1990", "... in May".
+TIME_ONLY = re.compile(
+    rf"^(?:the\s+)?(?:\d{{4}}s?|\d{{2}}s|{MONTH}(?:\s+\d{{1,2}}\w*)?(?:,?\s+\d{{4}})?"
+    rf"|\d{{1,2}}\w*\s+(?:of\s+)?{MONTH}(?:,?\s+\d{{4}})?|{WEEKDAY}|{SEASON}(?:\s+of\s+\d{{4}})?)$",
+    _I,
+)
 DATE_WORD = re.compile(
     rf"\b{MONTH}\b|\d|\b(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth"
     r"|eleventh|twelfth|\w+teenth|twentieth|thirtieth|twenty-\w+|thirty-first)\b",
