@@ -228,6 +228,7 @@ def test_bench_facts_extraction_prints_precision_recall_cost_and_locomo_facts(
     found = results["locomo"]
     assert found["turns"] == 7 and found["turns_with_a_fact"] == 2 and found["facts"] == 2
     assert found["by_predicate"] == {"lives_in": 1, "likes": 1}
+    assert found["per_turn"]["p50_us"] > 0 and found["sanitize_per_turn"]["p50_us"] > 0
     written = samples.read_text(encoding="utf-8")
     assert "lives_in = 'Denver'" in written and "Ann: Big news! I moved to Denver" not in written
     assert "D1:4 Ann: I moved to Denver last year." in written

@@ -35,14 +35,15 @@ I_ = r"\bI\s+"
 IM = rf"\b(?:I\s*{_APOS}\s*m|I\s+am|Im)\s+"
 IVE = rf"\b(?:I\s*{_APOS}\s*ve|I\s+have|Ive)\s+"
 I_OR_IVE = rf"(?:{IVE}|{I_})"
-ADV = (
-    r"(?:(?:just|recently|finally|actually|also|still|currently|now|really|truly|totally"
+ADVERBS = (
+    r"just|recently|finally|actually|also|still|currently|now|really|truly|totally"
     r"|absolutely|genuinely|definitely|already|originally|basically|honestly|always|mostly"
     r"|even|personally|seriously|officially|usually|mainly|presently|happily|literally"
     r"|secretly|only|kinda|kind\s+of|sort\s+of|pretty\s+much|do|so+|very|super|deeply"
     r"|madly|simply|generally|certainly|severely|deathly|highly|mildly|slightly|extremely"
-    r"|proudly|permanently|officially|sadly)\s+){0,4}"
+    r"|proudly|permanently|sadly"
 )
+ADV = rf"(?:(?:{ADVERBS})\s+){{0,4}}"
 NOT = rf"(?:do\s+not|don{_APOS}?t|dont)\s+"
 NO_LONGER = r"no\s+longer\s+"
 IS = rf"\s*(?:is|{_APOS}s)\s+"
@@ -63,6 +64,23 @@ LIVE_ENDS = (r"lives_in", True)
 WORK_ENDS = ("works_at", True)
 
 PHRASINGS: tuple[Phrasing, ...] = (
+    # likes, dislikes and their ends: first, as conversation says them most
+    Phrasing("I like / love / enjoy X", rf"{I_}{ADV}{LIKE}s?\s+", "thing", ("likes", False)),
+    Phrasing("I'm a fan of X", rf"{IM}{ADV}{FAN}", "thing", ("likes", False)),
+    Phrasing("I don't like X", rf"{I_}{ADV}{NOT}{ADV}like\s+", "thing", ("dislikes", False),
+             anymore=("likes", True)),
+    Phrasing("I don't love / enjoy X anymore", rf"{I_}{ADV}{NOT}{ADV}(?:love|enjoy)\s+", "thing",
+             None, anymore=("likes", True)),
+    Phrasing("I'm not a fan of X", rf"{IM}{ADV}not\s+(?:really\s+|much\s+of\s+)?{FAN}", "thing",
+             ("dislikes", False), anymore=("likes", True)),
+    Phrasing("I no longer like X", rf"{I_}{ADV}(?:{NO_LONGER}{LIKE}|stopped\s+(?:liking|loving|"
+             r"enjoying))\s+", "thing", ("likes", True)),
+    Phrasing("I'm no longer a fan of X", rf"{IM}{ADV}{NO_LONGER}{FAN}", "thing", ("likes", True)),
+    Phrasing("I hate X", rf"{I_}{ADV}{HATE}\s+", "thing", ("dislikes", False)),
+    Phrasing("I can't stand X", rf"{I_}{ADV}(?:can{_APOS}?t|cannot|can\s+not)\s+stand\s+", "thing",
+             ("dislikes", False)),
+    Phrasing("I no longer hate X", rf"{I_}{ADV}(?:{NO_LONGER}|{NOT}{ADV}){HATE}\s+", "thing",
+             ("dislikes", True)),
     # name, age, birthday, from
     Phrasing("my name is X", rf"\bmy\s+(?:(?:full|real|first|given)\s+)?name{IS}", "person",
              ("name", False)),
@@ -137,23 +155,6 @@ PHRASINGS: tuple[Phrasing, ...] = (
     Phrasing("I'm divorced from X",
              rf"(?:{IM}{ADV}|{I_OR_IVE}{ADV}(?:got\s+)?)divorced\s+(?:from\s+)?",
              "person", ("partner", True), past=True),
-    # likes, dislikes and their ends
-    Phrasing("I like / love / enjoy X", rf"{I_}{ADV}{LIKE}s?\s+", "thing", ("likes", False)),
-    Phrasing("I'm a fan of X", rf"{IM}{ADV}{FAN}", "thing", ("likes", False)),
-    Phrasing("I don't like X", rf"{I_}{ADV}{NOT}{ADV}like\s+", "thing", ("dislikes", False),
-             anymore=("likes", True)),
-    Phrasing("I don't love / enjoy X anymore", rf"{I_}{ADV}{NOT}{ADV}(?:love|enjoy)\s+", "thing",
-             None, anymore=("likes", True)),
-    Phrasing("I'm not a fan of X", rf"{IM}{ADV}not\s+(?:really\s+|much\s+of\s+)?{FAN}", "thing",
-             ("dislikes", False), anymore=("likes", True)),
-    Phrasing("I no longer like X", rf"{I_}{ADV}(?:{NO_LONGER}{LIKE}|stopped\s+(?:liking|loving|"
-             r"enjoying))\s+", "thing", ("likes", True)),
-    Phrasing("I'm no longer a fan of X", rf"{IM}{ADV}{NO_LONGER}{FAN}", "thing", ("likes", True)),
-    Phrasing("I hate X", rf"{I_}{ADV}{HATE}\s+", "thing", ("dislikes", False)),
-    Phrasing("I can't stand X", rf"{I_}{ADV}(?:can{_APOS}?t|cannot|can\s+not)\s+stand\s+", "thing",
-             ("dislikes", False)),
-    Phrasing("I no longer hate X", rf"{I_}{ADV}(?:{NO_LONGER}|{NOT}{ADV}){HATE}\s+", "thing",
-             ("dislikes", True)),
     # favorite, speaks, allergic_to
     Phrasing("my favorite <thing> is X",
              r"\bmy\s+(?:(?:all[-\s]time|absolute|very|personal|current|new|top|ultimate|most)\s+)?"
@@ -172,8 +173,28 @@ PHRASINGS: tuple[Phrasing, ...] = (
 )  # fmt: skip
 
 
+# What may follow "I", "I'm" and "I've" (after adverbs) in some head: one check that lets the
+# scan pass "I think", "I'm so glad", "I've been there" without trying every head.
+_AFTER_I = (
+    r"live|reside|moved|relocated|work|got|landed|found|started|accepted|quit|left|lost"
+    r"|stopped|study|like|love|enjoy|adore|hate|detest|despise|loathe|can|cannot|can['’]?t"
+    r"|speak|was|don['’]?t|dont|do\s+not|no|grew|turned|divorced"
+    r"|have\s+(?:an?\s+)?(?:\w+\s+)?allerg"
+)
+_AFTER_IM = (
+    rf"from|living|based|working|studying|an?|enrolled|married|not|no|allergic|divorced"
+    rf"|{NUMBER}[\s-]+(?:years?|yrs?)"
+)
+_AFTER_IVE = r"moved|relocated|got|landed|found|started|accepted|quit|left|lost|stopped|been"
+GATE = (
+    rf"(?=I\s+{ADV}(?:{_AFTER_I})\b|(?:I\s*{_APOS}\s*m|I\s+am|Im)\s+{ADV}(?:{_AFTER_IM})\b"
+    rf"|(?:I\s*{_APOS}\s*ve|I\s+have|Ive)\s+{ADV}(?:{_AFTER_IVE}|turned|divorced)\b"
+    r"|my\b|call\b)"
+)
+
+
 def heads_pattern() -> re.Pattern[str]:
     """Every head as one alternative named `p<index>`: one match where a text says "I", "my"
     or "call" tries them all, and `match.lastgroup` says which phrasing matched."""
     alternatives = "|".join(f"(?P<p{i}>{p.head})" for i, p in enumerate(PHRASINGS))
-    return re.compile(alternatives, re.IGNORECASE)
+    return re.compile(rf"{GATE}(?:{alternatives})", re.IGNORECASE)
