@@ -129,7 +129,7 @@ def test_several_statements_in_one_text_come_in_order_each_once() -> None:
 def test_a_512_kib_text_built_to_be_slow_costs_under_a_second(unit: str) -> None:
     """Every pattern stays linear and the reading is bounded: half a megabyte (the largest
     content) of any repeated head, adverb, clause mark or punctuation costs well under a
-    second of CPU (0.15 s at worst on the development machine)."""
+    second of CPU (0.05 s at worst on the development machine)."""
     text = (unit * (512 * 1024 // len(unit) + 1))[: 512 * 1024]
     started = time.thread_time()
     extract_statements(text)
@@ -145,3 +145,15 @@ def test_a_place_or_name_that_is_no_such_thing_gives_nothing() -> None:
     assert extract_statements("I was born in Accra in 1990.") == [Statement("from", "Accra")]
     assert extract_statements("Call me Kofi.") == [Statement("name", "Kofi")]
     assert extract_statements("My birthday is on May 2.") == [Statement("birthday", "May 2")]
+
+
+def test_a_taste_for_the_thing_at_hand_is_no_lasting_taste() -> None:
+    """ "I love the colours" (of the photo just shared), "I love your cake", "I love it",
+    "I love having them around" name nothing once read alone; "I love the Beatles", "I can't
+    stand the cold" and "I love baking" do."""
+    for text in ("I love the colours!", "I love your cake.", "I love it!",
+                 "I really love having them around.", "I love how you did that."):  # fmt: skip
+        assert extract_statements(text) == [], text
+    assert extract_statements("I love the Beatles.") == [Statement("likes", "the Beatles")]
+    assert extract_statements("I can't stand the cold.") == [Statement("dislikes", "the cold")]
+    assert extract_statements("I love baking.") == [Statement("likes", "baking")]

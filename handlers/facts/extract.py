@@ -57,6 +57,7 @@ HEADS_READ = 100
 _QUESTION = re.compile(r"\?\W*$")
 _LATER_CLAUSE = re.compile(r"[,;:–—]|\s-\s")
 _NEGATED = re.compile(r"\b(?:not|never|don['’]?t|dont|didn['’]?t)\s*$")
+_THE_THING = re.compile(r"(?i:the)\s+[a-z]")  # "the colours", not "the Beatles"
 _WORD = re.compile(r"[A-Za-z][\w'’.-]*")
 _I_FORMS = {"i", "i'm", "i’m", "im", "i've", "i’ve", "i'd", "i’d", "i'll", "i’ll"}
 _PARTICLES = {"de", "van", "von", "da", "del", "della", "la", "le", "di", "du", "bin", "al"}
@@ -139,6 +140,8 @@ def _statement(sentence: str, match: re.Match[str], asked: int) -> Statement | N
     if said is None:
         return None
     predicate, ends = said
+    if predicate == "likes" and not ends and _THE_THING.match(obj):
+        return None  # "I love the colours": the thing in front of them, not a lasting taste
     if predicate == "favorite":
         predicate = "favorite:" + "_".join(str(match.group("thing")).lower().split())
     return Statement(predicate, obj, ends)
