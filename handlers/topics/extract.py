@@ -73,9 +73,8 @@ def extract(messages: Sequence[tuple[str, str]]) -> TopicText:
                 break
     title = title or (", ".join(labels).capitalize() if labels else "Untitled")
     roles = Counter(role for role, _ in messages)
-    header = (
-        f"{len(messages)} messages ({', '.join(f'{n} {r}' for r, n in sorted(roles.items()))})."
-    )
+    counted = ", ".join(f"{n} {r}" for r, n in sorted(roles.items()))
+    header = f"{len(messages)} messages ({counted})." if counted else "0 messages."
     weight = {
         index: len(label_stems & set(keyword_stems(sentence)))
         for index, (_, sentence) in enumerate(said)
