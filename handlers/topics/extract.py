@@ -4,7 +4,8 @@ bounded, made from the topic's own words.
 
 - labels: the keywords used in most of its messages (then most often, then first), each shown
   as the word it was most often written as;
-- title: the first user sentence holding the top label, shortened; else the labels joined;
+- title: the first user sentence holding a label (a topic's opening line usually says what it
+  is about), shortened; else the labels joined;
 - summary: "N messages (k user, m assistant)." then the sentences that hold the most labels,
   in the order they were said, within SUMMARY_CHARS.
 """
@@ -65,12 +66,10 @@ def extract(messages: Sequence[tuple[str, str]]) -> TopicText:
     label_stems = {stem(label) for label in labels}
     said = [(role, sentence) for role, text in messages for sentence in sentences(text) if sentence]
     title = ""
-    if labels:
-        top = stem(labels[0])
-        for role, sentence in said:
-            if role == "user" and top in keyword_stems(sentence):
-                title = _cut(sentence, TITLE_CHARS)
-                break
+    for role, sentence in said:
+        if role == "user" and label_stems & set(keyword_stems(sentence)):
+            title = _cut(sentence, TITLE_CHARS)
+            break
     title = title or (", ".join(labels).capitalize() if labels else "Untitled")
     roles = Counter(role for role, _ in messages)
     counted = ", ".join(f"{n} {r}" for r, n in sorted(roles.items()))
