@@ -4,9 +4,13 @@ old part of it), and a running mean of its messages' vectors when they have them
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import msgspec
 import numpy as np
 import numpy.typing as npt
+
+from handlers.topics.words import keyword_stems
 
 WINDOW = 12  # recent messages compared against; 8-20 scored alike on the test set
 VOCABULARY = 256  # distinct stems remembered for resume queries, the most used kept
@@ -55,3 +59,14 @@ def updated(
     return TopicProfile(
         topic_id=profile.topic_id, recent=recent, vocabulary=vocabulary, meaning=meaning
     )
+
+
+def profile_of(
+    topic_id: str, messages: Iterable[tuple[str, tuple[float, ...] | None]]
+) -> TopicProfile:
+    """A topic's profile rebuilt from its (text, vector) messages in session order: what
+    placing them one by one left, for a store that keeps no profile, or after a repair."""
+    profile = TopicProfile(topic_id=topic_id)
+    for text, vector in messages:
+        profile = updated(profile, keyword_stems(text), vector)
+    return profile

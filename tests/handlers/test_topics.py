@@ -10,10 +10,11 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from handlers.topics.assign import Incoming, assign, place, resume_topic
-from handlers.topics.profile import WINDOW, TopicProfile, updated
+from handlers.topics.profile import WINDOW, TopicProfile, profile_of, updated
 from handlers.topics.words import keyword_stems
 from tests.fixtures.topic_threads import ACKNOWLEDGEMENTS
 from worker.embedders.minilm import MiniLM
@@ -166,3 +167,18 @@ def test_place_mints_nothing_itself_and_adds_the_message_to_its_topic() -> None:
     )
     assert (topic_id, found.reason) == ("new-1", "new")
     assert profile.recent == (("lisbon", "hotel"),) and profile.meaning == pytest.approx((0.6, 0.8))
+
+
+def test_a_profile_rebuilt_from_its_messages_is_the_one_placing_left_and_survives_json() -> None:
+    """`profile_of` over a topic's messages equals the profile placing them one by one left
+    (so a store may keep profiles or rebuild them), and a profile round-trips through JSON."""
+    session = sessions()[0]
+    placed, topics = replay(session, None)
+    for topic_id, profile in topics.items():
+        mine = [
+            (m["text"], None)
+            for m, t in zip(session["messages"], placed, strict=True)
+            if t == topic_id
+        ]
+        assert profile_of(topic_id, mine) == profile
+        assert msgspec.json.decode(msgspec.json.encode(profile), type=TopicProfile) == profile
