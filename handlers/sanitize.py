@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Set as AbstractSet
 from typing import Literal, NamedTuple
 
-from handlers.sanitize_rules import FLAGGING, REDACTING, Rule
+from handlers.sanitize_rules import FLAGGING, REDACTING, Rule, folded, hints_in
 
 Mode = Literal["redact", "flag", "off"]
 MODES: tuple[Mode, ...] = ("redact", "flag", "off")
@@ -54,28 +55,46 @@ def _apply(rule: Rule, text: str, fired: Counter[str]) -> str:
 def redact(text: str) -> tuple[str, Counter[str]]:
     """The text with every redacting rule applied in table order, and how often each fired.
     Hints are looked for in the original text: a placeholder never completes a match."""
+    lowered = folded(text)
+    return _redacted(text, hints_in(lowered, HINTS), lowered)
+
+
+def _redacted(text: str, present: AbstractSet[str], lowered: str) -> tuple[str, Counter[str]]:
     fired: Counter[str] = Counter()
-    lowered = text.lower()
     for rule in REDACTING:
-        if rule.may_match(lowered):
+        if rule.may_match_given(present, lowered):
             text = _apply(rule, text, fired)
     return text, fired
 
 
 def injection_rules(text: str) -> list[str]:
-    lowered = text.lower()
-    return [r.name for r in FLAGGING if r.may_match(lowered) and r.pattern.search(text)]
+    lowered = folded(text)
+    return _injected(text, hints_in(lowered, HINTS), lowered)
+
+
+def _injected(text: str, present: AbstractSet[str], lowered: str) -> list[str]:
+    return [
+        r.name for r in FLAGGING if r.may_match_given(present, lowered) and r.pattern.search(text)
+    ]
+
+
+# Every rule's hints, looked for once per text; a placeholder's type by rule name.
+HINTS = frozenset(hint for rule in (*REDACTING, *FLAGGING) for hint in rule.hints)
+KIND_OF = {rule.name: rule.kind for rule in REDACTING}
 
 
 def sanitize(text: str, mode: Mode) -> Sanitized:
     if mode == "off":
         return Sanitized(text, {}, [], ())
-    redacted, fired = redact(text)
-    kind_of = {rule.name: rule.kind for rule in REDACTING}
+    lowered = folded(text)
+    present = hints_in(lowered, HINTS)
+    redacted, fired = _redacted(text, present, lowered)
+    injected = _injected(text, present, lowered)
+    if not fired and not injected:  # most texts: nothing to say
+        return Sanitized(text, {}, [], ())
     counts: Counter[str] = Counter()
     for name, times in fired.items():
-        counts[kind_of[name]] += times
-    injected = injection_rules(text)
+        counts[KIND_OF[name]] += times
     flags = {"injection"} if injected else set()
     rules = tuple(sorted([*fired, *injected]))
     if mode == "flag":
