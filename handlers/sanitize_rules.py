@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from handlers import sanitize_checks as checks
@@ -44,13 +43,9 @@ class Rule:
 
     def may_match(self, lowered: str) -> bool:
         """False when none of the strings every match holds is in the text (`folded`): most
-        texts skip most rules at the cost of a substring search."""
-        return self.may_match_given(hints_in(lowered, self.hints), lowered)
-
-    def may_match_given(self, present: AbstractSet[str], lowered: str) -> bool:
-        """The same, given which hints of every rule the text holds (`hints_in`): `also` is
-        looked for only when a hint is there."""
-        return (not self.hints or not present.isdisjoint(self.hints)) and (
+        texts skip most rules at the cost of a substring search (handlers/sanitize.py looks
+        for every rule's hints at once)."""
+        return (not self.hints or any(hint in lowered for hint in self.hints)) and (
             not self.also or any(word in lowered for word in self.also)
         )
 
