@@ -17,13 +17,15 @@ LOGIN_S = 600
 
 
 def routes(browser: Browser) -> list[Route]:
-    async def form(request: Request, status: int = 200, problem: str = "") -> Response:
+    async def form(
+        request: Request, status: int = 200, problem: str = "", target: str | None = None
+    ) -> Response:
         if browser.sessions.open_door:
             return RedirectResponse("/", status_code=303)
         check = secrets.token_urlsafe(32)
         response = browser.render(
             request, "login.html", None, status, check=check, problem=problem,
-            next=local(request.query_params.get("next", "/")),
+            next=local(target or request.query_params.get("next", "/")),
         )  # fmt: skip
         set_cookie(response, request, LOGIN_COOKIE, check, LOGIN_S)
         return response
@@ -38,14 +40,14 @@ def routes(browser: Browser) -> list[Route]:
         if not expected or not same(fields.get("csrf"), expected):
             return browser.refuse(request, None, 403, "This sign-in form has expired or did not "
                                   "come from this site: open /login again.")  # fmt: skip
-        presented = fields.get("token")
+        presented, target = fields.get("token"), fields.get("next")
+        target = target if isinstance(target, str) else "/"
         token = browser.sessions.sign_in(presented if isinstance(presented, str) else "")
         if token is None:
-            return await form(request, 401, "That token is not one this browser accepts.")
+            return await form(request, 401, "That token is not one this browser accepts.", target)
         browser.sessions.close(request)
         key, _ = browser.sessions.open(token)
-        target = fields.get("next")
-        response = RedirectResponse(local(target if isinstance(target, str) else "/"), 303)
+        response = RedirectResponse(local(target), 303)
         set_cookie(response, request, COOKIE, key, IDLE_S)
         response.delete_cookie(LOGIN_COOKIE, path="/")
         return response
