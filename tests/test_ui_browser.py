@@ -7,6 +7,8 @@ accessibility pass on every page."""
 from __future__ import annotations
 
 import asyncio
+import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,12 +27,13 @@ from schema.memory import StoreRequest
 from tests.browser import accessibility_problems, chromium
 from tests.conftest import worker_config
 from tests.test_mcp_http import clean_env
+from tests.test_readme import README, section
 from tests.test_readme_agents import free_port, wait_for_port
-from tests.ui_support import TOKENS, token_file
 from worker.app import App
 from worker.client import MemoryClient
 
 CLIENT = worker_config("", Path("unused.db"))
+BLOCK = "See and correct memories in a browser"
 HOSTILE = '<script>alert("x")</script><img src=x onerror="alert(1)">'
 
 
@@ -87,24 +90,38 @@ class Visit:
 
 
 @pytest.fixture
-def ui_process(nats_url: str, tmp_path: Path) -> Iterator[str]:
-    tokens = token_file(tmp_path, {"alice": ["alice-*"], "bob": ["bob-*"]})
+def ui_process(nats_url: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """The README's browser block as written, in tmp_path: the token made, the variable set,
+    `memory-worker ui` started (on a free port, on the test's NATS); its URL and the token."""
+    block = re.findall(r"^```sh\n(.*?)^```", section(README.read_text(), BLOCK), re.S | re.M)
+    lines = [line.split("#")[0].strip() for line in block[0].splitlines()]
+    made, exported, serve = lines
+    assert made.startswith("memory-worker token ") and serve.startswith("memory-worker ui ")
+    token = subprocess.run(
+        [sys.executable, "-m", "worker", *shlex.split(made)[1:]],
+        cwd=tmp_path, env=clean_env(), capture_output=True, text=True, check=True,
+    ).stdout.splitlines()[0]  # fmt: skip
+    name, value = exported.removeprefix("export ").split("=", 1)
     port = free_port()
+    argv = shlex.split(serve)[1:]
+    argv[argv.index("--port") + 1] = str(port)
     process = subprocess.Popen(
-        [sys.executable, "-m", "worker", "ui", "--port", str(port), "--nats-url", nats_url],
-        env=clean_env(MEMORY_WORKER_UI_TOKENS=str(tokens)),
+        [sys.executable, "-m", "worker", *argv, "--nats-url", nats_url],
+        cwd=tmp_path,
+        env=clean_env(**{name: value.replace("$PWD", str(tmp_path))}),
     )
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", token
     finally:
         process.terminate()
         assert process.wait(timeout=10) in (0, -15)
 
 
 async def test_a_person_signs_in_searches_edits_pins_forgets_deletes_and_erases_in_chromium(
-    nats_url: str, worker: App, ui_process: str, tmp_path: Path
+    nats_url: str, worker: App, ui_process: tuple[str, str], tmp_path: Path
 ) -> None:
-    await wait_for_port(int(ui_process.rsplit(":", 1)[1]))
+    base, token = ui_process
+    await wait_for_port(int(base.rsplit(":", 1)[1]))
     async with await MemoryClient.connect(nats_url, config=CLIENT) as memory:
         for content in ("alice likes green tea", "alice flies to Lisbon on Monday", HOSTILE):
             await memory.store(StoreRequest(agent_id="alice-1", content=content, session_id="s1"))
@@ -115,7 +132,7 @@ async def test_a_person_signs_in_searches_edits_pins_forgets_deletes_and_erases_
         await memory.kg_add(KgAddRequest(agent_id="alice-1", entity=entity))
         shots = tmp_path / "screenshots"
         shots.mkdir()
-        visit = await asyncio.to_thread(drive, ui_process, shots)
+        visit = await asyncio.to_thread(drive, base, token, shots)
         listed = await memory.list_memories(ListRequest(agent_id="alice-1"))
         contents = sorted(m.content for m in listed.memories)
         assert contents == ["alice drinks rooibos now", "alice flies to Lisbon on Monday"]
@@ -133,7 +150,7 @@ async def test_a_person_signs_in_searches_edits_pins_forgets_deletes_and_erases_
         assert page in visit.checked, page
 
 
-def drive(base: str, shots: Path) -> Visit:
+def drive(base: str, token: str, shots: Path) -> Visit:
     """Everything a person does, in order; returns the visit with its accessibility findings."""
     driver = chromium()
     try:
@@ -143,7 +160,7 @@ def drive(base: str, shots: Path) -> Visit:
         visit.fill("token", "wrong-token")
         visit.press("Sign in")
         assert "not one this browser accepts" in visit.text()
-        visit.fill("token", TOKENS["alice"])
+        visit.fill("token", token)
         visit.press("Sign in")
         assert visit.h1() == "Agent alice-1", visit.h1()
         visit.shot("signed-in")

@@ -35,7 +35,8 @@ class Edge:
 
 def graph(entities: list[EntityOut]) -> tuple[list[Node], list[Edge], int]:
     """Nodes placed on rings around the centre by their depth (the root in the middle), edges
-    between placed nodes; and the picture's size. At most 60 nodes are drawn."""
+    between placed nodes; and the picture's size. At most 60 nodes are drawn (the page lists
+    every entity in words beneath)."""
     drawn = entities[:60]
     rings: dict[int, list[EntityOut]] = {}
     for entity in drawn:
@@ -50,13 +51,15 @@ def graph(entities: list[EntityOut]) -> tuple[list[Node], list[Edge], int]:
             x = centre + radius * math.cos(angle)
             y = centre + radius * math.sin(angle)
             at[entity.id] = Node(entity.id, entity.type or "", round(x, 1), round(y, 1), depth)
-    edges = [
-        Edge(at[e.id].x, at[e.id].y, at[r.target].x, at[r.target].y, r.type)
-        for e in drawn
-        for r in e.relations
-        if r.target in at and e.id in at
-    ]
-    return list(at.values()), edges, int(size)
+    # One line per pair of entities: a relation and its inverse twin would draw over each other;
+    # the relation out of the entity nearer the root names it.
+    edges: dict[frozenset[str], Edge] = {}
+    for e in sorted(drawn, key=lambda entity: entity.depth):
+        for r in e.relations:
+            pair = frozenset((e.id, r.target))
+            if r.target in at and e.id in at and pair not in edges:
+                edges[pair] = Edge(at[e.id].x, at[e.id].y, at[r.target].x, at[r.target].y, r.type)
+    return list(at.values()), list(edges.values()), int(size)
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,7 @@ class Browser:
         self.templates = jinja2.Environment(loader=loader, autoescape=True)
         self.templates.filters.update(FILTERS)
         self.templates.globals["url"] = url
-        self.templates.globals["facts"] = "memory::fact::query" in BY_TRIGGER
+        self.templates.globals["facts"] = False  # make_app: once a facts page is served
 
     def render(
         self, request: Request, template: str, session: Session | None, status: int, **values: Any
@@ -217,6 +217,10 @@ def make_app(link: Link, sessions: Sessions) -> ASGIApp:
         yield
         await link.close()
 
+    # The agent's menu links to facts once the worker has them and a page shows them.
+    served = {getattr(r, "path", None) for r in routes}
+    facts = "memory::fact::query" in BY_TRIGGER and "/facts" in served
+    browser.templates.globals["facts"] = facts
     app = Starlette(routes=routes, lifespan=lifespan)
 
     async def headed(scope: Scope, receive: Receive, send: Send) -> None:
