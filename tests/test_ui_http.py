@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from schema.life import GetRequest, ListRequest
+from schema.life import AuditRequest, GetRequest, ListRequest
 from schema.memory import StoreRequest
 from tests.conftest import worker_config
 from tests.shipped_nats import connect_as, tenant_bus
@@ -20,6 +20,7 @@ from tests.test_mcp_http import clean_env
 from tests.ui_support import TOKENS, browser_over, post, sign_in, token_file
 from worker.app import App
 from worker.client import MemoryClient
+from worker.ui.pages import narrowed
 
 CLIENT = worker_config("", Path("unused.db"))
 HOSTILE = '<script>alert("x")</script><img src=x onerror="alert(1)"> & "quotes"'
@@ -209,6 +210,58 @@ async def test_a_second_tenants_browser_reaches_nothing_of_the_first(tmp_path: P
         assert [m["content"] for m in await alice.recall("team-a-planner", "plans")] == [
             "alpha plans the launch"
         ]
+        # An operator's browser shows the tenant it names (`ui --tenant`), and only that one.
+        operator = MemoryClient(await connect_as(bus.url, "operator"), url=bus.url)
+        await carol.close()
+        carol = MemoryClient(await connect_as(bus.url, "carol"), url=bus.url)
+        await carol.store(StoreRequest(agent_id="team-b-agent", content="beta keeps notes"))
+        await carol.close()
+        try:
+            for tenant, shown, hidden in (
+                ("TEAM_A", "team-a-planner", "team-b-agent"),
+                ("TEAM_B", "team-b-agent", "team-a-planner"),
+            ):
+                async with browser_over(operator, tokens, tenant=tenant) as http:
+                    await sign_in(http, TOKENS["all"])
+                    listing = (await http.get("/")).text
+                    assert shown in listing and hidden not in listing
+        finally:
+            await operator.close()
+
+
+async def test_an_edit_sends_only_what_changed_and_a_content_another_memory_has_is_409(
+    memory: MemoryClient, tmp_path: Path
+) -> None:
+    """Saving the form as shown changes nothing (no update in the audit); a new summary and tag
+    are saved; content another memory of the agent already has is refused, naming it."""
+    first = await store(memory, "alice-1", "alice likes tea")
+    await store(memory, "alice-1", "alice likes coffee")
+    tokens = token_file(tmp_path, {"alice": ["alice-*"]})
+    async with browser_over(memory, tokens) as http:
+        await sign_in(http, TOKENS["alice"])
+        page = (await http.get("/memory", params={"agent": "alice-1", "id": first})).text
+        form = {
+            "agent": "alice-1", "id": first, "content": "alice likes tea", "summary": "",
+            "category": "note", "sensitivity": "internal", "recall_policy": "auto", "tags": "",
+        }  # fmt: skip
+        same = await post(http, "/memory/edit", page, **form)
+        assert same.headers["location"].endswith("done=unchanged")
+        saved = await post(http, "/memory/edit", page, **(form | {"summary": "tea", "tags": "d"}))
+        assert saved.headers["location"].endswith("done=edited")
+        clash = await post(http, "/memory/edit", page, **(form | {"content": "alice likes coffee"}))
+        assert clash.status_code == 409 and "(conflict)" in clash.text
+    got = (await memory.get(GetRequest(agent_id="alice-1", ids=[first]))).memories[0]
+    assert (got.content, got.summary, got.tags) == ("alice likes tea", "tea", ["d"])
+    events = await memory.audit(AuditRequest(agent_id="alice-1"))
+    assert [e.trigger for e in events.events].count("memory::update") == 1
+
+
+def test_the_agents_page_asks_for_the_prefix_every_pattern_of_the_token_starts_with() -> None:
+    assert narrowed("", ("alice-*",)) == "alice-"
+    assert narrowed("alice-1", ("alice-*",)) == "alice-1"
+    assert narrowed("bob", ("alice-*",)) is None
+    assert narrowed("", ("team-a?", "team-b*")) == "team-"
+    assert narrowed("x", ("*",)) == "x"
 
 
 @pytest.mark.parametrize(

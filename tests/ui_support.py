@@ -35,10 +35,14 @@ def token_file(tmp_path: Path, agents: dict[str, list[str]]) -> Path:
 
 @asynccontextmanager
 async def browser_over(
-    client: MemoryClient, tokens: Path | None, base: str = "http://127.0.0.1"
+    client: MemoryClient,
+    tokens: Path | None,
+    base: str = "http://127.0.0.1",
+    tenant: str | None = None,
 ) -> AsyncIterator[httpx2.AsyncClient]:
+    """The browser's application over client (`tenant`: an operator's, naming the tenant)."""
     sessions = Sessions(None if tokens is None else load_tokens("TOKENS", str(tokens)))
-    app = make_app(Link.of(client), sessions)
+    app = make_app(Link.of(client, tenant), sessions)
     transport = httpx2.ASGITransport(app=app)
     async with httpx2.AsyncClient(transport=transport, base_url=base) as http:
         yield http

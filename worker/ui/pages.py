@@ -200,11 +200,8 @@ async def edit(page: Page) -> Response:
         "recall_policy": page.param("recall_policy"),
         "tags": tags,
     }
-    changed = {
-        k: v
-        for k, v in wanted.items()
-        if v != (getattr(now, k) or ("" if k == "summary" else None))
-    }
+    current = {key: getattr(now, key) for key in wanted} | {"summary": now.summary or ""}
+    changed = {key: value for key, value in wanted.items() if value != current[key]}
     if not changed:
         return back(page, "unchanged", now.id)
     await page.ask("update", request_of(UpdateRequest, agent_id=page.agent, id=now.id, **changed))

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import jinja2
+import msgspec
 import structlog
 import uvicorn
 from starlette.applications import Starlette
@@ -105,8 +106,6 @@ class Page:
     async def ask(self, name: str, request: Any) -> Any:
         """The reply to one trigger's request (a `MemoryClient` method name)."""
         if self.ui.link.tenant is not None:
-            import msgspec
-
             request = msgspec.structs.replace(request, tenant=self.ui.link.tenant)
         client = await self.ui.link.client()
         return await getattr(client, name)(request)
