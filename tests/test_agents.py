@@ -15,6 +15,7 @@ from handlers.agents import after_prefix, list_agents
 from schema.agents import AgentsReply, AgentsRequest
 from tests.shipped_nats import tenant_bus
 from tests.support import Client
+from tests.test_grants_bus import granted_bus
 from worker.db import migrate, open_db
 from worker.shards.fanout import agents_merged
 
@@ -163,3 +164,16 @@ def test_after_prefix_is_the_least_string_past_every_string_with_the_prefix() ->
     assert after_prefix("a\U0010ffff") == "b"
     assert after_prefix("\U0010ffff") is None
     assert after_prefix("a\ud7ff") == "a\ue000"
+
+
+async def test_a_user_with_grants_lists_only_the_agents_they_match(tmp_path: Path) -> None:
+    """alice (grants `alice-*`) lists her agents only, bob his; carol, granted none, is 403."""
+    async with granted_bus(tmp_path) as bus:
+        alice, bob = await bus.user("alice"), await bus.user("bob")
+        await alice.store("alice-1", "alpha one")
+        await alice.store("alice-2", "alpha two")
+        await bob.store("bob-1", "bravo one")
+        assert await pages(alice) == [["alice-1", "alice-2"]]
+        assert await pages(bob) == [["bob-1"]]
+        refused = await (await bus.user("carol")).call("memory::agents", {})
+        assert refused.code == "403"

@@ -68,6 +68,19 @@ async def test_without_a_session_pages_redirect_to_login_and_a_good_token_signs_
         assert "alice likes tea" in agent.text
 
 
+async def test_signing_out_ends_the_session_at_once(memory: MemoryClient, tmp_path: Path) -> None:
+    await store(memory, "alice-1", "alice likes tea")
+    tokens = token_file(tmp_path, {"alice": ["alice-*"]})
+    async with browser_over(memory, tokens) as http:
+        await sign_in(http, TOKENS["alice"])
+        home = await http.get("/")
+        old = http.cookies["memory_ui_session"]
+        out = await post(http, "/logout", home.text)
+        assert out.status_code == 303 and out.headers["location"] == "/login"
+        http.cookies.set("memory_ui_session", old)  # the old cookie, kept by someone
+        assert (await http.get("/")).status_code == 303
+
+
 async def test_cookies_are_secure_over_https_and_behind_a_proxy_that_says_https(
     memory: MemoryClient, tmp_path: Path
 ) -> None:
