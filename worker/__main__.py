@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=_seconds, default=10.0, help="seconds a worker may take (default 10)"
     )
     token = commands.add_parser(
-        "token", help="make a bearer token for `mcp --http`: the token once, and its file entry"
+        "token", help="make a token for `mcp --http` or `ui`: the token once, and its file entry"
     )
     token.add_argument("--name", required=True, help="the token's name in the file")
     token.add_argument(
