@@ -88,4 +88,5 @@ def accessibility_problems(driver: Any) -> list[str]:
     missed = [c.get_attribute("outerHTML")[:80] for c in controls if c not in reached]
     if missed:
         problems.append(f"not reached by Tab: {missed}")
+    driver.execute_script("document.activeElement && document.activeElement.blur()")
     return problems

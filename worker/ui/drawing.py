@@ -68,6 +68,7 @@ class Bar:
     count: int
     x: float
     y: float
+    width: float
     height: float
 
 
@@ -77,9 +78,9 @@ def day_bars(timestamps: list[int], width: int = 600, height: int = 160) -> list
     if not per_day:
         return []
     most = max(count for _, count in per_day)
-    step = width / len(per_day)
+    step = min(width / len(per_day), 40.0)  # a few days are narrow bars, not a wall
     return [
         Bar(day, count, round(k * step, 1), round(height - count / most * height, 1),
-            round(count / most * height, 1))
+            max(1.0, round(step - 2, 1)), round(count / most * height, 1))
         for k, (day, count) in enumerate(per_day)
     ]  # fmt: skip
