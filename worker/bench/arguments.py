@@ -77,6 +77,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--facts-set", metavar="PATH", help="with --facts-extraction: a test set")
     parser.add_argument(
+        "--topics",
+        action="store_true",
+        help="only topic assignment: purity, completeness, resume selection and CPU per message "
+        "on the interleaved sessions, by keywords and with the builtin model (not with "
+        "--embedder none)",
+    )
+    parser.add_argument("--topics-set", metavar="PATH", help="with --topics: a test set")
+    parser.add_argument(
         "--facts-samples",
         metavar="PATH",
         help="with --facts-extraction --locomo: where the 50 facts to check go "

@@ -39,6 +39,7 @@ from worker.bench.scale import measure_scale, scale_rows
 from worker.bench.sharded import measure_sharded, sharded_rows
 from worker.bench.state import measure_state
 from worker.bench.stores import run_stores, stores_rows
+from worker.bench.topics import run_topics
 from worker.bench.vector_quality import measure_vector_index, vector_index_rows
 from worker.embedded import EmbeddedServer
 from worker.tenancy import REQUEST_INFO, caller_of
@@ -305,6 +306,8 @@ def main(args: argparse.Namespace) -> int:
         return run_sanitize(args)
     if args.facts_extraction:
         return run_facts(args)
+    if args.topics:
+        return run_topics(args)
     if args.merge is not None:
         return run_merge(args)
     if args.sharded:
