@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from worker.bench import index_memory, stores
+from worker.bench import index_memory, million, stores
 from worker.bench.fairness import add_fairness_arguments
 
 
@@ -111,6 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "codes with each of these shortlists (e.g. 50,1000)",
     )
     index_memory.add_arguments(parser)
+    million.add_arguments(parser)
     stores.add_arguments(parser)
     add_fairness_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")

@@ -32,6 +32,8 @@ from worker.bench.filtered import measure_filtered
 from worker.bench.locomo import measure_locomo
 from worker.bench.mcp_trip import measure_mcp_round_trip
 from worker.bench.merge import run_merge
+from worker.bench.million import measure as measure_million
+from worker.bench.million_report import million_rows
 from worker.bench.overhead import measure_client_overhead
 from worker.bench.report import rows_text, table
 from worker.bench.sanitize import find_locomo, run_sanitize
@@ -335,6 +337,11 @@ def main(args: argparse.Namespace) -> int:
     if args.stores:
         found = run_stores(args)
         print(json.dumps(found) if args.json else rows_text(stores_rows(found)))
+        return 0
+    if args.million:
+        args.embedder = args.embedder or "none"
+        million = asyncio.run(measure_million(args))
+        print(json.dumps(million) if args.json else rows_text(million_rows(million)))
         return 0
     if args.scale:
         scale = asyncio.run(run_scale(args))
