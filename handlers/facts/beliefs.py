@@ -1,0 +1,168 @@
+"""What asserting, ending and retracting a fact does to the store: the apply side, a function of
+the state and the decision alone (the ids and times are the decision's), so that a shard's
+replay makes the same rows.
+
+Asserting the value that already holds at `validFrom` (or the current value, when no other value
+begins between) confirms it: no new fact, its sources gain the new ones, its confidence is the
+higher and its `validFrom` the earlier."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import apsw
+
+from handlers.facts.keys import compared, line_of
+from handlers.facts.timeline import recompute, recompute_all
+from schema.base import Agent
+
+
+class Asserted(NamedTuple):
+    id: str
+    created: bool
+    ended: list[str]  # ids whose valid_to this assert set
+
+
+class Claim(NamedTuple):
+    """One fact to assert, as a decision holds it."""
+
+    subject: str
+    predicate: str
+    object: str
+    valid_from: int
+    sources: Sequence[str]
+    confidence: float
+
+
+def _confirmed(
+    conn: apsw.Connection, agent: Agent, line: str, claim: Claim, object_key: str
+) -> tuple[str, int] | None:
+    """The fact of the same value that this claim confirms: (id, valid_from), or None."""
+    same = (*agent, line, claim.predicate, object_key)
+    holding = conn.execute(
+        "SELECT id, valid_from FROM facts WHERE tenant = ? AND agent_id = ? AND line = ? "
+        "AND predicate = ? AND object_key = ? AND expired_at IS NULL AND valid_from <= ? "
+        "AND (valid_to IS NULL OR ? < valid_to) ORDER BY valid_from DESC, seq DESC LIMIT 1",
+        (*same, claim.valid_from, claim.valid_from),
+    ).fetchone()
+    if holding is not None:
+        return str(holding[0]), int(holding[1])
+    current = conn.execute(
+        "SELECT id, valid_from FROM facts WHERE tenant = ? AND agent_id = ? AND line = ? "
+        "AND predicate = ? AND object_key = ? AND expired_at IS NULL AND valid_to IS NULL",
+        same,
+    ).fetchone()
+    if current is None:
+        return None
+    between = conn.execute(
+        "SELECT 1 FROM facts WHERE tenant = ? AND agent_id = ? AND line = ? "
+        "AND expired_at IS NULL AND valid_from >= ? AND id != ? LIMIT 1",
+        (*agent, line, claim.valid_from, current[0]),
+    ).fetchone()
+    return None if between is not None else (str(current[0]), int(current[1]))
+
+
+def add_sources(conn: apsw.Connection, agent: Agent, fact_id: str, sources: Sequence[str]) -> None:
+    conn.executemany(
+        "INSERT OR IGNORE INTO fact_sources (tenant, agent_id, fact_id, memory_id) "
+        "VALUES (?, ?, ?, ?)",
+        [(*agent, fact_id, memory_id) for memory_id in sources],
+    )
+
+
+def assert_fact(
+    conn: apsw.Connection, agent: Agent, claim: Claim, *, new_id: str, at: int
+) -> Asserted:
+    """Confirm the value that holds, or add `new_id` to its timeline (recomputed)."""
+    subject_key, object_key = compared(claim.subject), compared(claim.object)
+    line = line_of(subject_key, claim.predicate, object_key)
+    confirmed = _confirmed(conn, agent, line, claim, object_key)
+    if confirmed is not None:
+        fact_id, valid_from = confirmed
+        conn.execute(
+            "UPDATE facts SET confidence = max(confidence, ?), valid_from = min(valid_from, ?), "
+            "sourced = sourced AND ? WHERE id = ?",
+            (claim.confidence, claim.valid_from, int(bool(claim.sources)), fact_id),
+        )
+        add_sources(conn, agent, fact_id, claim.sources)
+        changed = recompute(conn, agent, line) if claim.valid_from < valid_from else []
+        return Asserted(fact_id, False, _ended(changed, fact_id))
+    conn.execute(
+        "INSERT INTO facts (id, tenant, agent_id, subject, subject_key, predicate, object, "
+        "object_key, line, valid_from, recorded_at, confidence, sourced) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            new_id, *agent, claim.subject, subject_key, claim.predicate, claim.object,
+            object_key, line, claim.valid_from, at, claim.confidence, int(bool(claim.sources)),
+        ),
+    )  # fmt: skip
+    add_sources(conn, agent, new_id, claim.sources)
+    return Asserted(new_id, True, _ended(recompute(conn, agent, line), new_id))
+
+
+def _ended(changed: list[tuple[str, int | None]], own: str) -> list[str]:
+    return [fact_id for fact_id, valid_to in changed if fact_id != own and valid_to is not None]
+
+
+def end_facts(
+    conn: apsw.Connection,
+    agent: Agent,
+    subject: str,
+    predicate: str,
+    obj: str | None,
+    at: int,
+) -> list[str]:
+    """End the subject's current values of the predicate (only `obj`, when given) that began at
+    or before `at`; their ids."""
+    sql = (
+        "SELECT id, line FROM facts WHERE tenant = ? AND agent_id = ? AND subject_key = ? "
+        "AND predicate = ? AND valid_to IS NULL AND expired_at IS NULL AND valid_from <= ?"
+    )
+    params: tuple[object, ...] = (*agent, compared(subject), predicate, at)
+    if obj is not None:
+        sql, params = sql + " AND object_key = ?", (*params, compared(obj))
+    found = conn.execute(sql + " ORDER BY seq", params).fetchall()
+    for fact_id, _ in found:
+        conn.execute("UPDATE facts SET ended_at = ? WHERE id = ?", (at, fact_id))
+    recompute_all(conn, agent, (str(line) for _, line in found))
+    return [str(fact_id) for fact_id, _ in found]
+
+
+def retract_facts(
+    conn: apsw.Connection, agent: Agent, ids: Sequence[str], at: int
+) -> tuple[list[str], list[str]]:
+    """Mark the agent's facts of `ids` retracted (once: a second retraction changes nothing)
+    and give their intervals back to their timelines; (found, missing) in the order asked."""
+    found: list[str] = []
+    missing: list[str] = []
+    lines: set[str] = set()
+    for fact_id in dict.fromkeys(ids):
+        row = conn.execute(
+            "SELECT line, expired_at FROM facts WHERE tenant = ? AND agent_id = ? AND id = ?",
+            (*agent, fact_id),
+        ).fetchone()
+        if row is None:
+            missing.append(fact_id)
+            continue
+        found.append(fact_id)
+        if row[1] is None:
+            conn.execute("UPDATE facts SET expired_at = ? WHERE id = ?", (at, fact_id))
+            lines.add(str(row[0]))
+    recompute_all(conn, agent, lines)
+    return found, missing
+
+
+def delete_facts(conn: apsw.Connection, agent: Agent, ids: Sequence[str]) -> int:
+    """Remove facts with their history and give their intervals back to their timelines."""
+    lines: list[str] = []
+    for fact_id in ids:
+        row = conn.execute(
+            "DELETE FROM facts WHERE tenant = ? AND agent_id = ? AND id = ? RETURNING line",
+            (*agent, fact_id),
+        ).fetchone()
+        if row is not None:
+            lines.append(str(row[0]))
+        conn.execute("DELETE FROM fact_sources WHERE fact_id = ?", (fact_id,))
+    recompute_all(conn, agent, lines)
+    return len(lines)
