@@ -4,11 +4,16 @@ other, out-of-order asserts, retraction reopening what it ended, refusals naming
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from schema.facts import FactAssertRequest, FactEndRequest, FactQueryRequest, FactRetractRequest
+from tests.conftest import worker_config
 from tests.support import Client
+from worker.app import App
+from worker.client import MemoryClient
 
 DAY = 86_400_000
 T0 = 1_600_000_000_000
@@ -208,3 +213,24 @@ async def test_fact_writes_are_audited_with_ids_and_counts_never_text(client: Cl
     ]
     encoded = msgspec.json.encode(events)
     assert b"Maria" not in encoded and b"Paris" not in encoded and b"lives" not in encoded
+
+
+async def test_the_typed_client_asserts_ends_retracts_and_queries_facts(
+    nats_url: str, worker: App
+) -> None:
+    config = worker_config("", Path("unused.db"))
+    async with await MemoryClient.connect(nats_url, config=config) as memory:
+        made = await memory.fact_assert(
+            FactAssertRequest(agent_id="a", subject="Maria", predicate="job", object="nurse")
+        )
+        assert made.created and made.fact.statement == "Maria job nurse"
+        found = await memory.fact_query(FactQueryRequest(agent_id="a", subject="maria"))
+        assert found.facts == [made.fact]
+        ended = await memory.fact_end(
+            FactEndRequest(agent_id="a", subject="Maria", predicate="job")
+        )
+        assert ended.ended == [made.fact.id]
+        gone = await memory.fact_retract(FactRetractRequest(agent_id="a", ids=[made.fact.id]))
+        assert gone.retracted == 1
+        history = await memory.fact_query(FactQueryRequest(agent_id="a", include_history=True))
+        assert [fact.status for fact in history.facts] == ["retracted"]

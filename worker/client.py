@@ -40,7 +40,18 @@ from worker.config import Config, load_config, nats_servers
 from worker.redact import redact
 from worker.registry import BY_TRIGGER
 from worker.route import Route
-from worker.triggers import canonical, kg, kv, life, maintenance, memory, sessions, tasks, usage
+from worker.triggers import (
+    canonical,
+    facts,
+    kg,
+    kv,
+    life,
+    maintenance,
+    memory,
+    sessions,
+    tasks,
+    usage,
+)
 
 Q = TypeVar("Q", bound=TriggerRequest)
 R = TypeVar("R", bound=Reply)
@@ -256,3 +267,7 @@ class MemoryClient:
     usage_query = Sends(usage.QUERY)
     canonical_get = Sends(canonical.GET)
     canonical_append = Sends(canonical.APPEND)
+    fact_assert = Sends(facts.ASSERT)
+    fact_end = Sends(facts.END)
+    fact_retract = Sends(facts.RETRACT)
+    fact_query = Sends(facts.QUERY)
