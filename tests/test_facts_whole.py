@@ -12,6 +12,7 @@ import apsw
 import msgspec
 import nats
 
+from tests.shipped_nats import tenant_bus
 from tests.support import Client, wait_until
 from tests.test_life import sql
 from tests.test_transfer import migrated
@@ -94,9 +95,7 @@ async def test_export_and_import_carry_facts_with_their_history_and_sources(
     assert made["berlin"]["facts"]
 
 
-async def test_fact_writes_published_on_ingest_are_applied_once(
-    nats_url: str, worker: App
-) -> None:
+async def test_fact_writes_published_on_ingest_are_applied_once(nats_url: str, worker: App) -> None:
     nc = await nats.connect(nats_url)
     try:
         js = nc.jetstream()
@@ -125,3 +124,19 @@ async def test_fact_writes_published_on_ingest_are_applied_once(
         ]
     finally:
         await nc.close()
+
+
+async def test_two_tenants_with_one_agent_id_see_only_their_own_facts(tmp_path: Path) -> None:
+    async with tenant_bus(tmp_path) as bus:
+        alice, carol = await bus.user("alice"), await bus.user("carol")
+        await alice.store("a1", "I live in Paris.")
+        fact = {"agentId": "a1", "subject": "user", "predicate": "speaks", "object": "Welsh"}
+        await carol.ok("memory::fact::assert", fact)
+        mine = await alice.ok("memory::fact::query", {"agentId": "a1"})
+        assert [f["object"] for f in mine["facts"]] == ["Paris"]
+        theirs = await carol.ok("memory::fact::query", {"agentId": "a1"})
+        assert [f["object"] for f in theirs["facts"]] == ["Welsh"]
+        paris = mine["facts"][0]["id"]
+        gone = await carol.ok("memory::fact::retract", {"agentId": "a1", "ids": [paris]})
+        assert gone == {"retracted": 0, "missing": [paris]}
+        assert (await alice.ok("memory::stats"))["facts"]["current"] == 1
