@@ -166,3 +166,28 @@ def delete_facts(conn: apsw.Connection, agent: Agent, ids: Sequence[str]) -> int
         conn.execute("DELETE FROM fact_sources WHERE fact_id = ?", (fact_id,))
     recompute_all(conn, agent, lines)
     return len(lines)
+
+
+def memories_gone(conn: apsw.Connection, agent: Agent, memory_ids: Sequence[str]) -> int:
+    """Memories of the agent deleted, evicted or merged away: they stop being sources, and a
+    fact asserted from memories that has none left goes with its history; how many went."""
+    touched: list[str] = []
+    for memory_id in memory_ids:
+        touched += [
+            str(fact_id)
+            for (fact_id,) in conn.execute(
+                "DELETE FROM fact_sources WHERE tenant = ? AND agent_id = ? AND memory_id = ? "
+                "RETURNING fact_id",
+                (*agent, memory_id),
+            )
+        ]
+    orphans = [
+        fact_id
+        for fact_id in dict.fromkeys(touched)
+        if conn.execute(
+            "SELECT 1 FROM facts f WHERE f.id = ? AND f.sourced AND NOT EXISTS "
+            "(SELECT 1 FROM fact_sources s WHERE s.fact_id = f.id)",
+            (fact_id,),
+        ).fetchone()
+    ]
+    return delete_facts(conn, agent, orphans)
