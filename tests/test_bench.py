@@ -196,3 +196,19 @@ def test_bench_fairness_measures_another_tenants_recall_and_store_quiet_and_floo
         assert results[phase]["rounds"] > 0 and results[phase]["timeouts"] == 0
         assert 0 < results[phase]["recall"]["p50_ms"] <= results[phase]["recall"]["p99_ms"]
         assert results[phase]["store"]["p50_ms"] > 0
+
+
+def test_bench_facts_prints_query_p50_beside_the_echo_and_stores_per_second_on_and_off() -> None:
+    """--facts on small sizes: the query's p50 and its ratio to the echo measured in the same
+    run, and stores per second with extraction on and off (their ratio)."""
+    command = [sys.executable, "-m", "worker", "bench", "--facts", "--fact-count", "200",
+               "--fact-stores", "60", "--fact-rounds", "1", "--echo", "50", "--json"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["facts"] == 200 and results["echo"]["p50_ms"] > 0
+    query = results["query_by_subject"]
+    assert query["p50_vs_echo"] == round(query["p50_ms"] / results["echo"]["p50_ms"], 2)
+    stores = results["stores_per_second"]
+    assert stores["extract"] > 0 and stores["off"] > 0 and stores["rounds"] == 1
+    assert abs(stores["ratio"] - stores["extract"] / stores["off"]) < 0.01

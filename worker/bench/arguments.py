@@ -89,6 +89,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only the vector index on the --locomo file with the builtin model: exact, then "
         "codes with each of these shortlists (e.g. 50,1000)",
     )
+    parser.add_argument(
+        "--facts",
+        action="store_true",
+        help="only facts: memory::fact::query p50 at --fact-count facts in one agent beside the "
+        "echo, stores/s with extraction on vs off",
+    )
+    parser.add_argument("--fact-count", type=int, default=10_000, help="with --facts")
+    parser.add_argument(
+        "--fact-stores", type=int, default=2000, help="with --facts: stores per round"
+    )
+    parser.add_argument("--fact-rounds", type=int, default=3, help="with --facts: rounds per mode")
     index_memory.add_arguments(parser)
     add_fairness_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")

@@ -299,6 +299,12 @@ async def run_scale(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.facts:
+        from worker.bench.facts import facts_rows, run_facts  # it uses this module's helpers
+
+        found = asyncio.run(run_facts(args))
+        print(json.dumps(found) if args.json else rows_text(facts_rows(found)))
+        return 0
     if args.sanitize:
         return run_sanitize(args)
     if args.merge is not None:
