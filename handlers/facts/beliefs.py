@@ -9,7 +9,7 @@ higher and its `validFrom` the earlier."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import apsw
 
@@ -39,19 +39,22 @@ def _confirmed(
     conn: apsw.Connection, agent: Agent, line: str, claim: Claim, object_key: str
 ) -> tuple[str, int] | None:
     """The fact of the same value that this claim confirms: (id, valid_from), or None."""
-    same = (*agent, line, claim.predicate, object_key)
-    holding = conn.execute(
-        "SELECT id, valid_from FROM facts WHERE tenant = ? AND agent_id = ? AND line = ? "
-        "AND predicate = ? AND object_key = ? AND expired_at IS NULL AND valid_from <= ? "
-        "AND (valid_to IS NULL OR ? < valid_to) ORDER BY valid_from DESC, seq DESC LIMIT 1",
-        (*same, claim.valid_from, claim.valid_from),
+    # The value holding at validFrom, if any, is the line's last to begin by then (each of the
+    # others ends where the next begins): one row, however long the line.
+    last: Any = conn.execute(
+        "SELECT id, valid_from, valid_to, predicate, object_key FROM facts WHERE tenant = ? "
+        "AND agent_id = ? AND line = ? AND expired_at IS NULL AND valid_from <= ? "
+        "ORDER BY valid_from DESC, seq DESC LIMIT 1",
+        (*agent, line, claim.valid_from),
     ).fetchone()
-    if holding is not None:
-        return str(holding[0]), int(holding[1])
+    holds = last is not None and (last[2] is None or claim.valid_from < last[2])
+    if holds and (last[3], last[4]) == (claim.predicate, object_key):
+        return str(last[0]), int(last[1])
     current = conn.execute(
-        "SELECT id, valid_from FROM facts WHERE tenant = ? AND agent_id = ? AND line = ? "
-        "AND predicate = ? AND object_key = ? AND expired_at IS NULL AND valid_to IS NULL",
-        same,
+        "SELECT id, valid_from FROM facts WHERE tenant = ? AND agent_id = ? "
+        "AND subject_key = ? AND predicate = ? AND object_key = ? AND valid_to IS NULL "
+        "AND expired_at IS NULL",
+        (*agent, compared(claim.subject), claim.predicate, object_key),
     ).fetchone()
     if current is None:
         return None
@@ -86,7 +89,8 @@ def assert_fact(
             (claim.confidence, claim.valid_from, int(bool(claim.sources)), fact_id),
         )
         add_sources(conn, agent, fact_id, claim.sources)
-        changed = recompute(conn, agent, line) if claim.valid_from < valid_from else []
+        earlier = claim.valid_from < valid_from
+        changed = recompute(conn, agent, line, claim.valid_from) if earlier else []
         return Asserted(fact_id, False, _ended(changed, fact_id))
     conn.execute(
         "INSERT INTO facts (id, tenant, agent_id, subject, subject_key, predicate, object, "
@@ -98,7 +102,8 @@ def assert_fact(
         ),
     )  # fmt: skip
     add_sources(conn, agent, new_id, claim.sources)
-    return Asserted(new_id, True, _ended(recompute(conn, agent, line), new_id))
+    changed = recompute(conn, agent, line, claim.valid_from)
+    return Asserted(new_id, True, _ended(changed, new_id))
 
 
 def _ended(changed: list[tuple[str, int | None]], own: str) -> list[str]:
@@ -116,17 +121,18 @@ def end_facts(
     """End the subject's current values of the predicate (only `obj`, when given) that began at
     or before `at`; their ids."""
     sql = (
-        "SELECT id, line FROM facts WHERE tenant = ? AND agent_id = ? AND subject_key = ? "
-        "AND predicate = ? AND valid_to IS NULL AND expired_at IS NULL AND valid_from <= ?"
+        "SELECT id, line, valid_from FROM facts WHERE tenant = ? AND agent_id = ? "
+        "AND subject_key = ? AND predicate = ? AND valid_to IS NULL AND expired_at IS NULL "
+        "AND valid_from <= ?"
     )
     params: tuple[object, ...] = (*agent, compared(subject), predicate, at)
     if obj is not None:
         sql, params = sql + " AND object_key = ?", (*params, compared(obj))
-    found = conn.execute(sql + " ORDER BY seq", params).fetchall()
-    for fact_id, _ in found:
+    found: list[Any] = conn.execute(sql + " ORDER BY seq", params).fetchall()
+    for fact_id, _, _ in found:
         conn.execute("UPDATE facts SET ended_at = ? WHERE id = ?", (at, fact_id))
-    recompute_all(conn, agent, (str(line) for _, line in found))
-    return [str(fact_id) for fact_id, _ in found]
+    recompute_all(conn, agent, ((str(line), int(begun)) for _, line, begun in found))
+    return [str(fact_id) for fact_id, _, _ in found]
 
 
 def retract_facts(
@@ -136,10 +142,11 @@ def retract_facts(
     and give their intervals back to their timelines; (found, missing) in the order asked."""
     found: list[str] = []
     missing: list[str] = []
-    lines: set[str] = set()
+    lines: list[tuple[str, int]] = []
     for fact_id in dict.fromkeys(ids):
         row = conn.execute(
-            "SELECT line, expired_at FROM facts WHERE tenant = ? AND agent_id = ? AND id = ?",
+            "SELECT line, expired_at, valid_from FROM facts "
+            "WHERE tenant = ? AND agent_id = ? AND id = ?",
             (*agent, fact_id),
         ).fetchone()
         if row is None:
@@ -148,21 +155,22 @@ def retract_facts(
         found.append(fact_id)
         if row[1] is None:
             conn.execute("UPDATE facts SET expired_at = ? WHERE id = ?", (at, fact_id))
-            lines.add(str(row[0]))
+            lines.append((str(row[0]), int(row[2])))
     recompute_all(conn, agent, lines)
     return found, missing
 
 
 def delete_facts(conn: apsw.Connection, agent: Agent, ids: Sequence[str]) -> int:
     """Remove facts with their history and give their intervals back to their timelines."""
-    lines: list[str] = []
+    lines: list[tuple[str, int]] = []
     for fact_id in ids:
         row = conn.execute(
-            "DELETE FROM facts WHERE tenant = ? AND agent_id = ? AND id = ? RETURNING line",
+            "DELETE FROM facts WHERE tenant = ? AND agent_id = ? AND id = ? "
+            "RETURNING line, valid_from",
             (*agent, fact_id),
         ).fetchone()
         if row is not None:
-            lines.append(str(row[0]))
+            lines.append((str(row[0]), int(row[1])))
         conn.execute("DELETE FROM fact_sources WHERE fact_id = ?", (fact_id,))
     recompute_all(conn, agent, lines)
     return len(lines)

@@ -130,7 +130,7 @@ def apply_facts(conn: apsw.Connection, now: int) -> dict[str, int]:
         )
         lines.setdefault(agent, []).append(line)
     for agent, changed in lines.items():
-        recompute_all(conn, agent, changed)
+        recompute_all(conn, agent, ((line, None) for line in changed))
     imported = sum(len(changed) for changed in lines.values())
     return {"facts_imported": imported, "facts_skipped": count - imported}
 

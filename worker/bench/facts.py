@@ -1,7 +1,8 @@
 """`memory-worker bench --facts`: what facts cost (contract section 19). memory::fact::query
 p50 at 10 000 facts in one agent beside the NATS echo's p50 measured in the same run, and
-stores per second with extraction on (`MEMORY_WORKER_FACTS=extract`) against `off`, rounds
-alternating on fresh files, no embedder (so extraction's share of a store is its largest).
+stores per second with extraction on (`MEMORY_WORKER_FACTS=extract`) against `off`, each
+round on fresh files and in the other order than the last, no embedder (so extraction's share
+of a store is its largest).
 
 Each worker and the echo responder run as processes of their own, as in the main bench."""
 
@@ -86,6 +87,12 @@ async def measure_query(url: str, env: dict[str, str], facts: int, echoes: int) 
         await client.many("memory::fact::assert", asserts(facts), concurrency=64)
         rng = random.Random(19)
         echo = [(await client.timed_at("bench.echo", {"x": 1}))[0] for _ in range(echoes)]
+        # The floor of any read trigger: a key-value get, the smallest read there is.
+        await client.timed("memory::kv::set", {"agentId": AGENT, "key": "k", "value": 1})
+        kv_get = [
+            (await client.timed("memory::kv::get", {"agentId": AGENT, "key": "k"}))[0]
+            for _ in range(QUERIES)
+        ]
         by_subject, as_of = [], []
         for _ in range(QUERIES):
             subject = f"person {rng.randrange(facts // 10)}"
@@ -98,6 +105,7 @@ async def measure_query(url: str, env: dict[str, str], facts: int, echoes: int) 
         return {
             "facts": facts,
             "echo": floor,
+            "kv_get": percentiles(kv_get),
             "query_by_subject": query
             | {"p50_vs_echo": round(query["p50_ms"] / floor["p50_ms"], 2)},
             "query_as_of": percentiles(as_of),
@@ -145,8 +153,8 @@ async def run_facts(args: argparse.Namespace) -> dict[str, Any]:
             results = await measure_query(server.url, query_env, args.fact_count, args.echo)
             said = texts(args.fact_stores)
             rates: dict[str, list[float]] = {"extract": [], "off": []}
-            for round_ in range(args.fact_rounds):
-                for mode in ("off", "extract"):
+            for round_ in range(args.fact_rounds):  # off first, then extract first, ...
+                for mode in ("off", "extract")[:: 1 if round_ % 2 == 0 else -1]:
                     path = Path(scratch) / f"stores-{mode}-{round_}.db"
                     run_env = env | {
                         "MEMORY_WORKER_FACTS": mode,
@@ -169,6 +177,7 @@ def facts_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
     return [
         ("facts in one agent", results["facts"]),
         ("echo p50 ms", echo["p50_ms"]),
+        ("kv::get p50 ms (a read's floor)", results["kv_get"]["p50_ms"]),
         ("fact::query by subject p50 ms", f"{query['p50_ms']} ({query['p50_vs_echo']}x echo)"),
         ("fact::query asOf p50 ms", results["query_as_of"]["p50_ms"]),
         (
