@@ -70,6 +70,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only consolidate's mergeThreshold: merges on a LoCoMo-format file (as --locomo)",
     )  # fmt: skip
     parser.add_argument(
+        "--facts-extraction",
+        action="store_true",
+        help="only fact extraction: precision and recall over the test set, CPU per text; "
+        "with --locomo, the facts found in that file's turns and 50 of them to check by hand",
+    )
+    parser.add_argument("--facts-set", metavar="PATH", help="with --facts-extraction: a test set")
+    parser.add_argument(
+        "--facts-samples",
+        metavar="PATH",
+        help="with --facts-extraction --locomo: where the 50 facts to check go "
+        "(default /tmp/facts-locomo-samples.txt)",
+    )
+    parser.add_argument(
         "--sanitize-kib", type=int, default=512, help="size of each adversarial input, KiB"
     )
     parser.add_argument("--nats-url", help="bench the worker serving on this server instead")
@@ -90,16 +103,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "codes with each of these shortlists (e.g. 50,1000)",
     )
     parser.add_argument(
-        "--facts",
+        "--fact-store",
         action="store_true",
-        help="only facts: memory::fact::query p50 at --fact-count facts in one agent beside the "
-        "echo, stores/s with extraction on vs off",
+        help="only the fact store: memory::fact::query p50 at --fact-count facts in one agent "
+        "beside the echo, stores/s with extraction on vs off",
     )
-    parser.add_argument("--fact-count", type=int, default=10_000, help="with --facts")
+    parser.add_argument("--fact-count", type=int, default=10_000, help="with --fact-store")
     parser.add_argument(
-        "--fact-stores", type=int, default=2000, help="with --facts: stores per round"
+        "--fact-stores", type=int, default=2000, help="with --fact-store: stores per round"
     )
-    parser.add_argument("--fact-rounds", type=int, default=3, help="with --facts: rounds per mode")
+    parser.add_argument(
+        "--fact-rounds", type=int, default=3, help="with --fact-store: rounds per mode"
+    )
     index_memory.add_arguments(parser)
     add_fairness_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")

@@ -26,6 +26,7 @@ from worker.bench import index_memory
 from worker.bench.client import BenchClient, percentiles
 from worker.bench.corpus import Corpus
 from worker.bench.evict import measure_eviction
+from worker.bench.facts import run_facts
 from worker.bench.fairness import fairness_rows, run_fairness
 from worker.bench.filtered import measure_filtered
 from worker.bench.locomo import measure_locomo
@@ -299,14 +300,16 @@ async def run_scale(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.facts:
-        from worker.bench.facts import facts_rows, run_facts  # it uses this module's helpers
+    if args.fact_store:
+        from worker.bench.fact_store import fact_store_rows, run_fact_store  # uses our helpers
 
-        found = asyncio.run(run_facts(args))
-        print(json.dumps(found) if args.json else rows_text(facts_rows(found)))
+        found = asyncio.run(run_fact_store(args))
+        print(json.dumps(found) if args.json else rows_text(fact_store_rows(found)))
         return 0
     if args.sanitize:
         return run_sanitize(args)
+    if args.facts_extraction:
+        return run_facts(args)
     if args.merge is not None:
         return run_merge(args)
     if args.sharded:

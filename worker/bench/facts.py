@@ -1,188 +1,228 @@
-"""`memory-worker bench --facts`: what facts cost (contract section 19). memory::fact::query
-p50 at 10 000 facts in one agent beside the NATS echo's p50 measured in the same run, and
-stores per second with extraction on (`MEMORY_WORKER_FACTS=extract`) against `off`, each
-round on fresh files and in the other order than the last, no embedder (so extraction's share
-of a store is its largest).
+"""`memory-worker bench --facts-extraction`: how well and how cheaply stored text is read for
+facts (handlers/facts/extract.py, contract section 19).
 
-Each worker and the echo responder run as processes of their own, as in the main bench."""
+Figures, all in this process (extraction is a pure function; the bus adds nothing to it):
+precision and recall over the hand-written test set (tests/fixtures/facts_sentences.jsonl:
+every phrasing, and questions, conditionals, wishes and plans, and statements about someone
+else that must give nothing), the non-facts of each kind that gave a statement, and the CPU
+time per text (thread time: the waits of a shared machine are not the extractor's). With
+--locomo, the facts found in every turn of that file, by predicate, and a seeded random sample
+of them with their sentences, written to a file for checking by hand.
+"""
 
 from __future__ import annotations
 
-import argparse
-import os
+import json
 import random
-import signal
-import statistics
-import subprocess
+import re
 import sys
-import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import nats
+import msgspec
 
-from worker.bench.client import BenchClient, percentiles
-from worker.embedded import EmbeddedServer
+from handlers.facts.extract import Statement, extract_statements, sentences
+from handlers.sanitize import sanitize
 
-AGENT = "bench-facts"
-SUBJECTS = 1000  # each with 5 places in turn and 5 likes: 10 facts a subject
-QUERIES = 500
-CITIES = ("Lisbon", "Porto", "Berlin", "Paris", "Oslo", "Rome", "Vienna", "Prague")
-DAY = 86_400_000
+TEST_SET = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "facts_sentences.jsonl"
+SAMPLES = Path("/tmp/facts-locomo-samples.txt")
+EXAMPLES = 5
 
 
-def _spawn(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+class Case(msgspec.Struct, frozen=True):
+    """One sentence of the test set: `kind` is fact, question, conditional, wish or
+    someone_else; `expect` the statements it makes (none but for facts)."""
+
+    text: str
+    kind: str
+    expect: list[Statement]
+    phrasing: str = ""
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGTERM)
-    process.wait(timeout=30)
+def load_cases(path: Path) -> list[Case]:
+    decoder = msgspec.json.Decoder(Case)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [decoder.decode(line) for line in lines if line.strip()]
 
 
-def asserts(count: int) -> list[dict[str, Any]]:
-    """`count` facts of one agent: per subject a timeline of places and a set of likes."""
-    bodies = []
-    for n in range(count):
-        subject, k = f"person {n // 10}", n % 10
-        predicate, obj = ("lives_in", CITIES[k]) if k < 5 else ("likes", f"thing {k}")
-        body = {"agentId": AGENT, "subject": subject, "predicate": predicate, "object": obj}
-        bodies.append(body | {"validFrom": (k % 5 + 1) * DAY})
-    return bodies
+def score(cases: list[Case]) -> dict[str, Any]:
+    """Precision and recall over every statement expected and found (predicate, object and
+    `ends` all equal), and the sentences of each kind that gave a wrong statement."""
+    right = wrong = missed = 0
+    by_kind: Counter[str] = Counter(case.kind for case in cases)
+    wrong_by_kind: Counter[str] = Counter()
+    examples: dict[str, list[str]] = {"wrong": [], "missed": []}
+    for case in cases:
+        expected, found = set(case.expect), set(extract_statements(case.text))
+        right += len(expected & found)
+        wrong += len(found - expected)
+        missed += len(expected - found)
+        if found - expected:
+            wrong_by_kind[case.kind] += 1
+            if len(examples["wrong"]) < EXAMPLES:
+                examples["wrong"].append(f"{case.text} -> {_said(found - expected)}")
+        if expected - found and len(examples["missed"]) < EXAMPLES:
+            examples["missed"].append(f"{case.text} -> {_said(expected - found)}")
+    return {
+        "sentences": len(cases),
+        "by_kind": dict(by_kind),
+        "statements_expected": right + missed,
+        "statements_found": right + wrong,
+        "right": right,
+        "precision": round(right / max(right + wrong, 1), 4),
+        "recall": round(right / max(right + missed, 1), 4),
+        "wrong_by_kind": {kind: wrong_by_kind[kind] for kind in by_kind},
+        "examples": examples,
+    }
 
 
-def texts(count: int) -> list[str]:
-    """Stored texts, one in three stating where its speaker lives."""
-    said = []
-    for n in range(count):
-        city = CITIES[n % len(CITIES)]
-        if n % 3 == 0:
-            said.append(f"Quick update {n}: I moved to {city}, and the flat is lovely.")
-        else:
-            said.append(f"Note {n}: the build for {city} finished in {n % 97} seconds, all green.")
-    return said
+def _said(statements: set[Statement]) -> str:
+    return "; ".join(
+        f"{s.predicate}{' (ends)' if s.ends else ''} = {s.object}"
+        for s in sorted(statements, key=lambda s: (s.predicate, s.object))
+    )
 
 
-async def _running(url: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """A worker, once the endpoints the bench calls answer (a ping may come first)."""
-    from worker.bench.command import wait_for_responder, wait_for_workers
-
-    worker = _spawn([sys.executable, "-m", "worker", "run"], env)
-    await wait_for_workers(url, 1)
-    nc = await nats.connect(url)
-    try:
-        for subject in ("memory.store", "memory.fact.assert", "memory.fact.query"):
-            await wait_for_responder(nc, subject)
-    finally:
-        await nc.close()
-    return worker
-
-
-async def measure_query(url: str, env: dict[str, str], facts: int, echoes: int) -> dict[str, Any]:
-    """The echo's p50, then memory::fact::query's by subject and with `asOf` over `facts`."""
-    worker = await _running(url, env)
-    nc = await nats.connect(url)
-    try:
-        client = BenchClient(nc)
-        await client.many("memory::fact::assert", asserts(facts), concurrency=64)
-        rng = random.Random(19)
-        echo = [(await client.timed_at("bench.echo", {"x": 1}))[0] for _ in range(echoes)]
-        # The floor of any read trigger: a key-value get, the smallest read there is.
-        await client.timed("memory::kv::set", {"agentId": AGENT, "key": "k", "value": 1})
-        kv_get = [
-            (await client.timed("memory::kv::get", {"agentId": AGENT, "key": "k"}))[0]
-            for _ in range(QUERIES)
-        ]
-        by_subject, as_of = [], []
-        for _ in range(QUERIES):
-            subject = f"person {rng.randrange(facts // 10)}"
-            body: dict[str, Any] = {"agentId": AGENT, "subject": subject}
-            by_subject.append((await client.timed("memory::fact::query", body))[0])
-            body["asOf"] = rng.randrange(1, 6) * DAY
-            as_of.append((await client.timed("memory::fact::query", body))[0])
-        floor = percentiles(echo)
-        query = percentiles(by_subject)
-        return {
-            "facts": facts,
-            "echo": floor,
-            "kv_get": percentiles(kv_get),
-            "query_by_subject": query
-            | {"p50_vs_echo": round(query["p50_ms"] / floor["p50_ms"], 2)},
-            "query_as_of": percentiles(as_of),
-        }
-    finally:
-        await nc.close()
-        _stop(worker)
+def cost(
+    texts: list[str], rounds: int = 5, read: Callable[[str], object] = extract_statements
+) -> dict[str, float]:
+    """CPU microseconds per text (thread time, every text `rounds` times)."""
+    latencies = []
+    for _ in range(rounds):
+        for text in texts:
+            started = time.thread_time_ns()
+            read(text)
+            latencies.append((time.thread_time_ns() - started) / 1000)
+    values = sorted(latencies)
+    return {
+        "p50_us": round(values[len(values) // 2], 1),
+        "p99_us": round(values[min(len(values) - 1, len(values) * 99 // 100)], 1),
+    }
 
 
-async def stores_per_second(url: str, env: dict[str, str], said: list[str]) -> float:
-    worker = await _running(url, env)
-    nc = await nats.connect(url)
-    try:
-        bodies = [
-            {"agentId": f"bench-store-{n % 8}", "content": text} for n, text in enumerate(said)
-        ]
-        replies, _, seconds = await BenchClient(nc).many("memory::store", bodies, concurrency=64)
-        assert all(reply["stored"] for reply in replies)
-        return len(bodies) / seconds
-    finally:
-        await nc.close()
-        _stop(worker)
-
-
-async def run_facts(args: argparse.Namespace) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="memory-bench-") as scratch:
-        from worker.bench.command import free_port, wait_for_responder
-
-        server = EmbeddedServer(port=free_port(), store_dir=Path(scratch) / "nats")
-        await server.start()
-        env = {
-            **os.environ,
-            "MEMORY_WORKER_NATS_URL": server.url,
-            "MEMORY_WORKER_EMBEDDER": "none",
-            "MEMORY_WORKER_CONSOLIDATE_CRON": "",
-            "MEMORY_WORKER_EVICT_CRON": "",
-            "MEMORY_WORKER_LOG_LEVEL": "warning",
-        }
-        echo = _spawn([sys.executable, "-m", "worker.bench.echo", server.url], env)
-        try:
-            nc = await nats.connect(server.url)
-            await wait_for_responder(nc, "bench.echo")
-            await nc.close()
-            query_env = env | {"MEMORY_WORKER_DB_PATH": str(Path(scratch) / "facts.db")}
-            results = await measure_query(server.url, query_env, args.fact_count, args.echo)
-            said = texts(args.fact_stores)
-            rates: dict[str, list[float]] = {"extract": [], "off": []}
-            for round_ in range(args.fact_rounds):  # off first, then extract first, ...
-                for mode in ("off", "extract")[:: 1 if round_ % 2 == 0 else -1]:
-                    path = Path(scratch) / f"stores-{mode}-{round_}.db"
-                    run_env = env | {
-                        "MEMORY_WORKER_FACTS": mode,
-                        "MEMORY_WORKER_DB_PATH": str(path),
+def locomo_turns(path: Path) -> list[dict[str, str]]:
+    """Every turn of a LoCoMo-format file: conversation, dia_id, speaker, text."""
+    found = []
+    for number, sample in enumerate(json.loads(path.read_text(encoding="utf-8"))):
+        conversation = sample["conversation"]
+        for key in sorted(
+            (k for k in conversation if re.fullmatch(r"session_\d+", k)),
+            key=lambda k: int(k.split("_")[1]),
+        ):
+            for turn in conversation[key]:
+                found.append(
+                    {
+                        "conversation": str(sample.get("sample_id", number)),
+                        "dia_id": turn["dia_id"],
+                        "speaker": turn["speaker"],
+                        "text": turn["text"],
                     }
-                    rates[mode].append(await stores_per_second(server.url, run_env, said))
-            on, off = statistics.median(rates["extract"]), statistics.median(rates["off"])
-            results["stores_per_second"] = {
-                "extract": round(on), "off": round(off), "ratio": round(on / off, 3),
-                "rounds": args.fact_rounds, "stores": args.fact_stores,
-            }  # fmt: skip
-            return results
-        finally:
-            _stop(echo)
-            server.stop()
+                )
+    return found
 
 
-def facts_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
-    query, echo, stores = results["query_by_subject"], results["echo"], results["stores_per_second"]
-    return [
-        ("facts in one agent", results["facts"]),
-        ("echo p50 ms", echo["p50_ms"]),
-        ("kv::get p50 ms (a read's floor)", results["kv_get"]["p50_ms"]),
-        ("fact::query by subject p50 ms", f"{query['p50_ms']} ({query['p50_vs_echo']}x echo)"),
-        ("fact::query asOf p50 ms", results["query_as_of"]["p50_ms"]),
-        (
-            "stores/s extract vs off",
-            f"{stores['extract']} vs {stores['off']} ({stores['ratio']}x, median of "
-            f"{stores['rounds']} rounds of {stores['stores']})",
-        ),
+def locomo_facts(path: Path, samples: Path, count: int = 50, seed: int = 34) -> dict[str, Any]:
+    """The facts found in every turn, by predicate ("/end" for ends), and `count` of them at
+    random (seeded), each with the sentence it came from, written to `samples`."""
+    turns = locomo_turns(path)
+    texts = [turn["text"] for turn in turns]
+    facts: list[dict[str, Any]] = []
+    with_fact = 0
+    for turn in turns:
+        found = extract_statements(turn["text"])
+        with_fact += bool(found)
+        for statement in found:
+            facts.append({**turn, **msgspec.structs.asdict(statement)})
+            facts[-1]["sentence"] = _source(turn["text"], statement)
+    by_predicate = Counter(f["predicate"] + ("/end" if f["ends"] else "") for f in facts)
+    chosen = random.Random(seed).sample(facts, min(count, len(facts)))
+    samples.write_text(_samples_text(chosen), encoding="utf-8")
+    return {
+        "locomo": str(path),
+        "turns": len(turns),
+        "turns_with_a_fact": with_fact,
+        "facts": len(facts),
+        "by_predicate": dict(by_predicate.most_common()),
+        "per_turn": cost(texts, rounds=3),
+        # The sanitiser reads every stored text too: the same turns, the same clock.
+        "sanitize_per_turn": cost(texts, rounds=3, read=lambda text: sanitize(text, "redact")),
+        "samples": str(samples),
+        "samples_written": len(chosen),
+    }
+
+
+def _source(text: str, statement: Statement) -> str:
+    for start, end in sentences(text):
+        if statement in extract_statements(text[start:end]):
+            return text[start:end].strip()
+    return text
+
+
+def _samples_text(chosen: list[dict[str, Any]]) -> str:
+    lines = ["# LoCoMo facts for checking by hand: mark each line right or wrong", ""]
+    for number, fact in enumerate(chosen, 1):
+        ends = " (ends)" if fact["ends"] else ""
+        lines.append(f"{number}. {fact['predicate']}{ends} = {fact['object']!r}")
+        lines.append(
+            f"   {fact['conversation']} {fact['dia_id']} {fact['speaker']}: {fact['sentence']}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def measure_facts(test_set: Path, locomo: Path | None, samples: Path) -> dict[str, Any]:
+    cases = load_cases(test_set)
+    results: dict[str, Any] = {
+        "test_set": str(test_set),
+        **score(cases),
+        "per_text": cost([case.text for case in cases]),
+    }
+    if locomo is not None:
+        results["locomo"] = locomo_facts(locomo, samples)
+    return results
+
+
+def facts_table(results: dict[str, Any]) -> str:
+    kinds = results["by_kind"]
+    lines = [
+        f"facts test set: {results['test_set']}",
+        "sentences  " + ", ".join(f"{kind} {n}" for kind, n in kinds.items()),
+        f"precision / recall  {results['precision']} / {results['recall']} "
+        f"({results['right']} right of {results['statements_found']} found, "
+        f"{results['statements_expected']} expected)",
+        "sentences with a wrong statement  "
+        + ", ".join(f"{kind} {results['wrong_by_kind'][kind]} of {n}" for kind, n in kinds.items()),
+        *(f"  wrong: {example}" for example in results["examples"]["wrong"]),
+        *(f"  missed: {example}" for example in results["examples"]["missed"]),
+        f"extraction CPU us per text p50 / p99  {results['per_text']['p50_us']} / "
+        f"{results['per_text']['p99_us']}",
     ]
+    if "locomo" in results:
+        found = results["locomo"]
+        lines += [
+            f"LoCoMo: {found['locomo']}",
+            f"LoCoMo turns / with a fact / facts  {found['turns']} / {found['turns_with_a_fact']}"
+            f" / {found['facts']}",
+            *(f"  {predicate}  {n}" for predicate, n in found["by_predicate"].items()),
+            f"LoCoMo extraction CPU us per turn p50 / p99  {found['per_turn']['p50_us']} / "
+            f"{found['per_turn']['p99_us']}",
+            f"LoCoMo sanitiser CPU us per turn p50 / p99 (for scale)  "
+            f"{found['sanitize_per_turn']['p50_us']} / {found['sanitize_per_turn']['p99_us']}",
+            f"{found['samples_written']} facts to check by hand  {found['samples']}",
+        ]
+    return "\n".join(lines)
+
+
+def run_facts(args: Any) -> int:
+    """`bench --facts-extraction`: a pure function, measured in this process."""
+    test_set = Path(args.facts_set) if args.facts_set else TEST_SET
+    if not test_set.is_file():
+        print(f"no facts test set at {test_set}: give one with --facts-set", file=sys.stderr)
+        return 2
+    locomo = Path(args.locomo) if args.locomo else None
+    samples = Path(args.facts_samples) if args.facts_samples else SAMPLES
+    results = measure_facts(test_set, locomo, samples)
+    print(json.dumps(results) if args.json else facts_table(results))
+    return 0
