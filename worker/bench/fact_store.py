@@ -22,6 +22,7 @@ from typing import Any
 import nats
 
 from worker.bench.client import BenchClient, percentiles
+from worker.bench.waiting import free_port, wait_for_responder, wait_for_workers
 from worker.embedded import EmbeddedServer
 
 AGENT = "bench-facts"
@@ -65,8 +66,6 @@ def texts(count: int) -> list[str]:
 
 async def _running(url: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """A worker, once the endpoints the bench calls answer (a ping may come first)."""
-    from worker.bench.command import wait_for_responder, wait_for_workers
-
     worker = _spawn([sys.executable, "-m", "worker", "run"], env)
     await wait_for_workers(url, 1)
     nc = await nats.connect(url)
@@ -132,8 +131,6 @@ async def stores_per_second(url: str, env: dict[str, str], said: list[str]) -> f
 
 async def run_fact_store(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="memory-bench-") as scratch:
-        from worker.bench.command import free_port, wait_for_responder
-
         server = EmbeddedServer(port=free_port(), store_dir=Path(scratch) / "nats")
         await server.start()
         env = {
