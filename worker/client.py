@@ -52,6 +52,7 @@ from worker.triggers import (
     tasks,
     usage,
 )
+from worker.triggers.agents import AGENTS
 
 Q = TypeVar("Q", bound=TriggerRequest)
 R = TypeVar("R", bound=Reply)
@@ -271,3 +272,4 @@ class MemoryClient:
     fact_end = Sends(facts.END)
     fact_retract = Sends(facts.RETRACT)
     fact_query = Sends(facts.QUERY)
+    agents = Sends(AGENTS)

@@ -19,6 +19,7 @@ from worker.recall_index.backfill import EMBED, EMBEDDED
 from worker.route import Route, ingestible, table
 from worker.shards.claims import CRON_WRITES
 from worker.triggers import (
+    agents,
     canonical,
     facts,
     kg,
@@ -43,6 +44,7 @@ ROUTES = table(
     usage.ROUTES,
     canonical.ROUTES,
     facts.ROUTES,
+    agents.ROUTES,
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}
 # The trigger of each verb that durable ingestion takes (`kg.add` -> memory::kg::add).
