@@ -256,4 +256,5 @@ def test_bench_fact_store_prints_query_p50_beside_the_echo_and_stores_per_second
     stores = results["stores_per_second"]
     assert stores["extract"] > 0 and stores["off"] > 0 and stores["rounds"] == 1
     [ratio] = stores["ratios"]  # one round: its ratio is the median
-    assert stores["ratio"] == ratio and abs(ratio - stores["extract"] / stores["off"]) < 0.01
+    assert stores["ratio"] == ratio
+    assert abs(ratio / (stores["extract"] / stores["off"]) - 1) < 0.05  # rates are rounded

@@ -1,14 +1,16 @@
 """`memory-worker bench --fact-store`: what facts cost (contract section 19). memory::fact::query
 p50 at 10 000 facts in one agent beside the NATS echo's p50 measured in the same run, and
-stores per second with extraction on (`MEMORY_WORKER_FACTS=extract`) against `off`, each
-round on fresh files and in the other order than the last, no embedder (so extraction's share
-of a store is its largest).
+stores per second with extraction on (`MEMORY_WORKER_FACTS=extract`) against `off`: two
+workers, one of each, storing the same texts at the same time on files of their own (so both
+meet the same load from whatever else runs), no embedder (so extraction's share of a store is
+its largest).
 
 Each worker and the echo responder run as processes of their own, as in the main bench."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import random
 import signal
@@ -16,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,7 @@ SUBJECTS = 1000  # each with 5 places in turn and 5 likes: 10 facts a subject
 QUERIES = 500
 CITIES = ("Lisbon", "Porto", "Berlin", "Paris", "Oslo", "Rome", "Vienna", "Prague")
 DAY = 86_400_000
+WARM_UP = 50
 
 
 def _spawn(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -66,12 +70,13 @@ def texts(count: int) -> list[str]:
 
 async def _running(url: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """A worker, once the endpoints the bench calls answer (a ping may come first)."""
+    prefix = env.get("MEMORY_WORKER_SUBJECT_PREFIX", "")
     worker = _spawn([sys.executable, "-m", "worker", "run"], env)
     await wait_for_workers(url, 1)
     nc = await nats.connect(url)
     try:
         for subject in ("memory.store", "memory.fact.assert", "memory.fact.query"):
-            await wait_for_responder(nc, subject)
+            await wait_for_responder(nc, prefix + subject)
     finally:
         await nc.close()
     return worker
@@ -114,19 +119,46 @@ async def measure_query(url: str, env: dict[str, str], facts: int, echoes: int) 
         _stop(worker)
 
 
-async def stores_per_second(url: str, env: dict[str, str], said: list[str]) -> float:
-    worker = await _running(url, env)
+async def stores_side_by_side(
+    url: str, envs: dict[str, dict[str, str]], said: list[str]
+) -> dict[str, float]:
+    """Stores per second of each worker (one per mode, on a subject prefix of its own), both
+    storing `said` at once, counted until the first is done: the same load on the machine for
+    both, whatever else runs on it."""
+    workers = [await _running(url, env) for env in envs.values()]
     nc = await nats.connect(url)
     try:
-        bodies = [
-            {"agentId": f"bench-store-{n % 8}", "content": text} for n, text in enumerate(said)
-        ]
-        replies, _, seconds = await BenchClient(nc).many("memory::store", bodies, concurrency=64)
-        assert all(reply["stored"] for reply in replies)
-        return len(bodies) / seconds
+        done = asyncio.Event()
+        counts = dict.fromkeys(envs, 0)
+
+        async def store(mode: str) -> None:
+            client = BenchClient(nc, envs[mode]["MEMORY_WORKER_SUBJECT_PREFIX"])
+            cursor = iter(enumerate(said))
+
+            async def lane() -> None:
+                for n, text in cursor:
+                    if done.is_set():
+                        return
+                    body = {"agentId": f"bench-store-{n % 8}", "content": text}
+                    _, reply = await client.timed("memory::store", body)
+                    assert reply["stored"]
+                    counts[mode] += 1 if not done.is_set() else 0
+
+            await asyncio.gather(*(lane() for _ in range(32)))
+            done.set()
+
+        for env in envs.values():  # a fresh worker's first stores are slower: not timed
+            warm = BenchClient(nc, env["MEMORY_WORKER_SUBJECT_PREFIX"])
+            for n in range(WARM_UP):
+                await warm.timed("memory::store", {"agentId": "warm-up", "content": f"warm {n}"})
+        started = time.perf_counter()
+        await asyncio.gather(*(store(mode) for mode in envs))
+        seconds = time.perf_counter() - started
+        return {mode: count / seconds for mode, count in counts.items()}
     finally:
         await nc.close()
-        _stop(worker)
+        for worker in workers:
+            _stop(worker)
 
 
 async def run_fact_store(args: argparse.Namespace) -> dict[str, Any]:
@@ -150,13 +182,17 @@ async def run_fact_store(args: argparse.Namespace) -> dict[str, Any]:
             results = await measure_query(server.url, query_env, args.fact_count, args.echo)
             said = texts(args.fact_stores)
             rates: dict[str, list[float]] = {"extract": [], "off": []}
-            for round_ in range(args.fact_rounds):  # off first, then extract first, ...
-                for mode in ("off", "extract")[:: 1 if round_ % 2 == 0 else -1]:
-                    path = Path(scratch) / f"stores-{mode}-{round_}.db"
-                    run_env = env | {"MEMORY_WORKER_FACTS": mode}
-                    run_env["MEMORY_WORKER_DB_PATH"] = str(path)
-                    rates[mode].append(await stores_per_second(server.url, run_env, said))
-            # Each round's two runs shared the machine's load: their ratio is the figure.
+            for round_ in range(args.fact_rounds):
+                envs = {mode: dict(env) for mode in ("off", "extract")}
+                for mode, mode_env in envs.items():
+                    mode_env["MEMORY_WORKER_FACTS"] = mode
+                    mode_env["MEMORY_WORKER_INGEST"] = "false"
+                    mode_env["MEMORY_WORKER_SUBJECT_PREFIX"] = f"{mode}."
+                    mode_env["MEMORY_WORKER_DB_PATH"] = str(Path(scratch) / f"{mode}-{round_}.db")
+                found = await stores_side_by_side(server.url, envs, said)
+                for mode, rate in found.items():
+                    rates[mode].append(rate)
+            # Each round's two workers shared the machine's load: their ratio is the figure.
             ratios = [on / off for on, off in zip(rates["extract"], rates["off"], strict=True)]
             results["stores_per_second"] = {
                 "extract": round(statistics.median(rates["extract"])),
