@@ -35,10 +35,15 @@ class Claim(NamedTuple):
     confidence: float
 
 
+class Found(NamedTuple):
+    confirmed: tuple[str, int] | None  # the fact of the same value it confirms: id, valid_from
+    before: int | None  # the last valid_from before the claim's, when known (else recomputed)
+
+
 def _confirmed(
     conn: apsw.Connection, agent: Agent, line: str, claim: Claim, object_key: str
-) -> tuple[str, int] | None:
-    """The fact of the same value that this claim confirms: (id, valid_from), or None."""
+) -> Found:
+    """The fact of the same value that this claim confirms, if any."""
     # The value holding at validFrom, if any, is the line's last to begin by then (each of the
     # others ends where the next begins): one row, however long the line.
     last: Any = conn.execute(
@@ -49,7 +54,14 @@ def _confirmed(
     ).fetchone()
     holds = last is not None and (last[2] is None or claim.valid_from < last[2])
     if holds and (last[3], last[4]) == (claim.predicate, object_key):
-        return str(last[0]), int(last[1])
+        return Found((str(last[0]), int(last[1])), None)
+    before = None
+    if last is None:
+        before = claim.valid_from  # nothing began by then: no fact before it
+    elif last[1] < claim.valid_from:
+        before = int(last[1])
+    if last is not None and last[2] is None:  # the line's last fact, current: no other is
+        return Found(None, before)
     current = conn.execute(
         "SELECT id, valid_from FROM facts WHERE tenant = ? AND agent_id = ? "
         "AND subject_key = ? AND predicate = ? AND object_key = ? AND valid_to IS NULL "
@@ -57,13 +69,15 @@ def _confirmed(
         (*agent, compared(claim.subject), claim.predicate, object_key),
     ).fetchone()
     if current is None:
-        return None
+        return Found(None, before)
     between = conn.execute(
         "SELECT 1 FROM facts WHERE tenant = ? AND agent_id = ? AND line = ? "
         "AND expired_at IS NULL AND valid_from >= ? AND id != ? LIMIT 1",
         (*agent, line, claim.valid_from, current[0]),
     ).fetchone()
-    return None if between is not None else (str(current[0]), int(current[1]))
+    if between is not None:
+        return Found(None, before)
+    return Found((str(current[0]), int(current[1])), None)
 
 
 def add_sources(conn: apsw.Connection, agent: Agent, fact_id: str, sources: Sequence[str]) -> None:
@@ -80,9 +94,9 @@ def assert_fact(
     """Confirm the value that holds, or add `new_id` to its timeline (recomputed)."""
     subject_key, object_key = compared(claim.subject), compared(claim.object)
     line = line_of(subject_key, claim.predicate, object_key)
-    confirmed = _confirmed(conn, agent, line, claim, object_key)
-    if confirmed is not None:
-        fact_id, valid_from = confirmed
+    found = _confirmed(conn, agent, line, claim, object_key)
+    if found.confirmed is not None:
+        fact_id, valid_from = found.confirmed
         conn.execute(
             "UPDATE facts SET confidence = max(confidence, ?), valid_from = min(valid_from, ?), "
             "sourced = sourced AND ? WHERE id = ?",
@@ -102,7 +116,7 @@ def assert_fact(
         ),
     )  # fmt: skip
     add_sources(conn, agent, new_id, claim.sources)
-    changed = recompute(conn, agent, line, claim.valid_from)
+    changed = recompute(conn, agent, line, claim.valid_from, before=found.before)
     return Asserted(new_id, True, _ended(changed, new_id))
 
 

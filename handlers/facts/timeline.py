@@ -20,17 +20,25 @@ from schema.base import Agent
 Changed = list[tuple[str, int | None]]
 
 
-def recompute(conn: apsw.Connection, agent: Agent, line: str, since: int | None = None) -> Changed:
+def recompute(
+    conn: apsw.Connection,
+    agent: Agent,
+    line: str,
+    since: int | None = None,
+    *,
+    before: int | None = None,
+) -> Changed:
     """Bring a line's facts (from `since`'s predecessor on; None: all) in line with the rule;
-    (id, new valid_to) of each that changed."""
-    lower = None
-    if since is not None:
-        [(lower,)] = conn.execute(
+    (id, new valid_to) of each that changed. `before`: the predecessor's valid_from, when the
+    caller knows it (`since` itself when there is none)."""
+    lower = before
+    if since is not None and before is None:
+        row: Any = conn.execute(
             "SELECT max(valid_from) FROM facts WHERE tenant = ? AND agent_id = ? AND line = ? "
             "AND expired_at IS NULL AND valid_from < ?",
             (*agent, line, since),
-        ).fetchall()
-        lower = since if lower is None else lower
+        ).fetchone()
+        lower = since if row[0] is None else int(row[0])
     rows: list[Any] = conn.execute(
         "SELECT id, valid_from, ended_at, valid_to, superseded_by FROM facts "
         "WHERE tenant = ? AND agent_id = ? AND line = ? AND expired_at IS NULL "
