@@ -258,3 +258,19 @@ def test_bench_fact_store_prints_query_p50_beside_the_echo_and_stores_per_second
     [ratio] = stores["ratios"]  # one round: its ratio is the median
     assert stores["ratio"] == ratio
     assert abs(ratio / (stores["extract"] / stores["off"]) - 1) < 0.05  # rates are rounded
+
+
+def test_bench_stores_prints_stores_per_second_in_flight_the_lone_p50_and_the_echo() -> None:
+    """`--stores`: stores over the bus alone at `--in-flight`, the worker's CPU per store and
+    the p50 of stores one at a time, beside the NATS echo; every figure of every run."""
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "bench", "--stores", "--embedder", "none",
+         "--memories", "200", "--in-flight", "8", "--runs", "1", "--echo", "10", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["in_flight"] == 8 and results["memories"] == 200
+    [run] = results["runs"]
+    for figure in ("per_second", "worker_cpu_us", "alone_p50_ms", "echo_p50_ms"):
+        assert run[figure] > 0 and results["median"][figure] == run[figure]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from worker.bench import index_memory
+from worker.bench import index_memory, stores
 from worker.bench.fairness import add_fairness_arguments
 
 
@@ -116,5 +116,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fact-rounds", type=int, default=3, help="with --fact-store: rounds per mode"
     )
     index_memory.add_arguments(parser)
+    stores.add_arguments(parser)
     add_fairness_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")

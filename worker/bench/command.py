@@ -38,6 +38,7 @@ from worker.bench.sanitize import find_locomo, run_sanitize
 from worker.bench.scale import measure_scale, scale_rows
 from worker.bench.sharded import measure_sharded, sharded_rows
 from worker.bench.state import measure_state
+from worker.bench.stores import run_stores, stores_rows
 from worker.bench.vector_quality import measure_vector_index, vector_index_rows
 from worker.bench.waiting import free_port, wait_for_responder, wait_for_workers
 from worker.embedded import EmbeddedServer
@@ -294,6 +295,10 @@ def main(args: argparse.Namespace) -> int:
     if args.fairness:
         fairness = run_fairness(args)
         print(json.dumps(fairness) if args.json else rows_text(fairness_rows(fairness)))
+        return 0
+    if args.stores:
+        found = run_stores(args)
+        print(json.dumps(found) if args.json else rows_text(stores_rows(found)))
         return 0
     if args.scale:
         scale = asyncio.run(run_scale(args))
