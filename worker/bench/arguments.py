@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from worker.bench import index_memory, stores
+from worker.bench import index_memory, million, stores
 from worker.bench.fairness import add_fairness_arguments
 
 
@@ -77,6 +77,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--facts-set", metavar="PATH", help="with --facts-extraction: a test set")
     parser.add_argument(
+        "--topics",
+        action="store_true",
+        help="only topic assignment: purity, completeness, resume selection and CPU per message "
+        "on the interleaved sessions, by keywords and with the builtin model (not with "
+        "--embedder none)",
+    )
+    parser.add_argument("--topics-set", metavar="PATH", help="with --topics: a test set")
+    parser.add_argument(
         "--facts-samples",
         metavar="PATH",
         help="with --facts-extraction --locomo: where the 50 facts to check go "
@@ -116,6 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fact-rounds", type=int, default=3, help="with --fact-store: rounds per mode"
     )
     index_memory.add_arguments(parser)
+    million.add_arguments(parser)
     stores.add_arguments(parser)
     add_fairness_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")

@@ -32,6 +32,8 @@ from worker.bench.filtered import measure_filtered
 from worker.bench.locomo import measure_locomo
 from worker.bench.mcp_trip import measure_mcp_round_trip
 from worker.bench.merge import run_merge
+from worker.bench.million import measure as measure_million
+from worker.bench.million_report import million_rows
 from worker.bench.overhead import measure_client_overhead
 from worker.bench.report import rows_text, table
 from worker.bench.sanitize import find_locomo, run_sanitize
@@ -39,6 +41,7 @@ from worker.bench.scale import measure_scale, scale_rows
 from worker.bench.sharded import measure_sharded, sharded_rows
 from worker.bench.state import measure_state
 from worker.bench.stores import run_stores, stores_rows
+from worker.bench.topics import run_topics
 from worker.bench.vector_quality import measure_vector_index, vector_index_rows
 from worker.bench.waiting import free_port, wait_for_responder, wait_for_workers
 from worker.embedded import EmbeddedServer
@@ -272,6 +275,8 @@ def main(args: argparse.Namespace) -> int:
         return run_sanitize(args)
     if args.facts_extraction:
         return run_facts(args)
+    if args.topics:
+        return run_topics(args)
     if args.merge is not None:
         return run_merge(args)
     if args.sharded:
@@ -299,6 +304,11 @@ def main(args: argparse.Namespace) -> int:
     if args.stores:
         found = run_stores(args)
         print(json.dumps(found) if args.json else rows_text(stores_rows(found)))
+        return 0
+    if args.million:
+        args.embedder = args.embedder or "none"
+        million = asyncio.run(measure_million(args))
+        print(json.dumps(million) if args.json else rows_text(million_rows(million)))
         return 0
     if args.scale:
         scale = asyncio.run(run_scale(args))
