@@ -19,7 +19,13 @@ from worker.transfer.exporting import export_jsonl
 from worker.transfer.importing import import_jsonl
 
 DAY = 86_400_000
-OFF = {"id": None, "stored": False, "deduplicated": False, "disabled": True, "facts": []}
+OFF: dict[str, Any] = {
+    "id": None,
+    "stored": False,
+    "deduplicated": False,
+    "disabled": True,
+    "facts": [],
+}
 
 
 async def toggle(client: Client, agent: str, enabled: bool) -> Any:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import apsw
 
-from handlers.facts.keys import compared, line_of
+from handlers.facts.keys import ON_LINE, compared, line_of
 from handlers.facts.timeline import recompute, recompute_all
 from schema.base import Agent
 
@@ -45,7 +45,7 @@ class Found(NamedTuple):
 
 _ROW = (
     "SELECT id, valid_from, valid_to, predicate, object_key, confidence, sourced FROM facts "
-    "WHERE tenant = ? AND agent_id = ? AND line = ? AND expired_at IS NULL"
+    "WHERE " + ON_LINE + " AND expired_at IS NULL"
 )
 _LAST = " ORDER BY valid_from DESC, seq DESC LIMIT 1"
 
@@ -89,7 +89,7 @@ def _confirmed(
     if current is None:
         return Found(None, before)
     between = conn.execute(
-        "SELECT 1 FROM facts WHERE tenant = ? AND agent_id = ? AND line = ? "
+        "SELECT 1 FROM facts WHERE " + ON_LINE + " "
         "AND expired_at IS NULL AND valid_from >= ? AND id != ? LIMIT 1",
         (*agent, line, claim.valid_from, current[0]),
     ).fetchone()
