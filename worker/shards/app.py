@@ -171,7 +171,11 @@ class ShardApp:
         log.info("shard.started", shard=self.name, partitions=config.partitions)
 
     async def _balance_forever(self) -> None:
-        while True:
+        """Until stop cancels it, even when a round loses the cancellation (snapshot_forever
+        says how): the loop looks at its task's pending cancellations itself."""
+        task = asyncio.current_task()
+        assert task is not None
+        while not task.cancelling():
             await asyncio.sleep(self.config.lease_ttl / 3)
             await self._balance_once()
 
