@@ -12,7 +12,7 @@ import nats
 import pytest
 import structlog
 
-from tests.support import Client
+from tests.support import HOSTILE_TALLY, Client
 from worker.app import App
 from worker.config import load_config
 from worker.embedded import server_binary
@@ -47,6 +47,26 @@ def stop_nats(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its tally of hostile requests to the controller."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["hostile_tally"] = dict(HOSTILE_TALLY)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """The controller adds up each worker's tally as the worker ends (an xdist hook)."""
+    HOSTILE_TALLY.update(getattr(node, "workeroutput", {}).get("hostile_tally", {}))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if HOSTILE_TALLY["tried"]:
+        terminalreporter.write_line(
+            f"test_hostile: {HOSTILE_TALLY['refused']} of {HOSTILE_TALLY['tried']} malformed "
+            "requests refused with a 4xx reply"
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)
