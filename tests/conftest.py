@@ -1,4 +1,5 @@
-"""Every test gets its own real nats-server (on a free port) and its own SQLite file."""
+"""Every test gets its own real nats-server (on a free port) and its own SQLite file, so that
+tests run side by side in pytest-xdist's worker processes (`scripts/test` runs the suite so)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,14 @@ def stop_nats(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In xdist's workers, the tests marked `slow` first: xdist deals tests out in this order,
+    so each long test starts early beside the short ones instead of making the run's tail. A
+    run in one process keeps the files' order."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
