@@ -40,8 +40,8 @@ from worker.shards.lease import Leases, open_bucket, preference
 from worker.shards.log import PartitionLog, ShardSetupError
 from worker.shards.node import PartitionNode
 from worker.shards.router import Router, by_verb, serve_partition
-from worker.storage import DRAIN_SECONDS, Shared
 from worker.shards.snapshot import Snapshots, open_store, snapshot_forever
+from worker.storage import DRAIN_SECONDS, Shared
 from worker.telemetry import Telemetry
 from worker.tenancy import load_grants
 from worker.writes import Replayer
