@@ -171,11 +171,7 @@ class ShardApp:
         log.info("shard.started", shard=self.name, partitions=config.partitions)
 
     async def _balance_forever(self) -> None:
-        """Until stop cancels it, even when a round loses the cancellation (snapshot_forever
-        says how): the loop looks at its task's pending cancellations itself."""
-        task = asyncio.current_task()
-        assert task is not None
-        while not task.cancelling():
+        while True:
             await asyncio.sleep(self.config.lease_ttl / 3)
             await self._balance_once()
 
@@ -312,9 +308,7 @@ class ShardApp:
     async def stop(self) -> None:
         for task in (self._balancer, self._snapshotter):
             if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancelled(task)
         if self._metrics is not None:
             await self._metrics.stop()
         if self._ingest is not None:
@@ -336,3 +330,15 @@ class ShardApp:
         if self.nc is not None and not self.nc.is_closed:
             await self.nc.drain()
         log.info("shard.stopped", shard=self.name)
+
+
+async def cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel the task and wait for its end. A cancellation can be lost on its way (nats-py
+    swallows CancelledError in a flush; Python 3.11's wait_for returns a result that arrived
+    with the cancellation), which left a shard's stop waiting forever on its balancer: so the
+    task is cancelled again until it ends."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.5)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

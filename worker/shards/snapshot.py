@@ -226,14 +226,8 @@ class Snapshots:
 async def snapshot_forever(
     snapshots: Snapshots, owned: Callable[[], Iterable[PartitionNode]], interval: float
 ) -> None:
-    """The owner's task: every interval, a snapshot of each partition it owns that changed;
-    until cancelled. A round can lose the cancellation (nats-py's JetStream publish turns it into
-    TooManyStalledMsgsError, and Python 3.11's wait_for returns a reply that arrived with it), so
-    the loop looks at its task's pending cancellations itself: ShardApp.stop waited forever for
-    a loop that ran on."""
-    task = asyncio.current_task()
-    assert task is not None
-    while not task.cancelling():
+    """The owner's task: every interval, a snapshot of each partition it owns that changed."""
+    while True:
         await asyncio.sleep(interval)
         for node in list(owned()):
             try:
