@@ -51,11 +51,18 @@ def stop_nats(process: subprocess.Popen[bytes]) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In xdist's workers, the tests marked `slow` first: xdist deals tests out in this order,
-    so each long test starts early beside the short ones instead of making the run's tail. A
-    run in one process keeps the files' order."""
+    """In xdist's workers, the tests marked `slow` first, the longest (`slow(seconds=...)`)
+    first of all: xdist deals tests out in this order, one or two at a time, so that each long
+    test starts early beside the short ones instead of making the run's tail. A run in one
+    process keeps the files' order."""
     if hasattr(config, "workerinput"):
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+        items.sort(key=lambda item: -expected_seconds(item))
+
+
+def expected_seconds(item: pytest.Item) -> float:
+    """What the test's `slow` mark says it takes (10 s when it says nothing); 0 if unmarked."""
+    mark = item.get_closest_marker("slow")
+    return 0.0 if mark is None else float(mark.kwargs.get("seconds", 10.0))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
