@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from handlers.context import FOOTER, HEADER
 from tests.handlers.test_context import HOSTILE, assert_sealed
-from tests.support import Client
+from tests.support import Client, wait_until
 
 DAY = 86_400_000
 # 2026-11-30 12:00 UTC
@@ -94,10 +94,18 @@ async def test_a_long_context_is_cut_to_max_chars_and_says_so(client: Client) ->
 async def test_the_ranked_memories_in_a_context_count_an_access_as_recall_does(
     client: Client,
 ) -> None:
+    # The count is persisted by a write that follows the reply (as recall's is): wait for it to
+    # land (a loaded machine read 0 right after the reply), then it is exactly one.
     memory_id = (await client.store("a", "counted"))["id"]
     await context(client, query="counted")
-    body = await client.ok("memory::get", {"agentId": "a", "ids": [memory_id]})
-    assert body["memories"][0]["accessCount"] == 1
+
+    async def access_count() -> int:
+        body = await client.ok("memory::get", {"agentId": "a", "ids": [memory_id]})
+        count: int = body["memories"][0]["accessCount"]
+        return count
+
+    await wait_until(access_count, "the context's access persisted")
+    assert await access_count() == 1
 
 
 @pytest.mark.parametrize(
