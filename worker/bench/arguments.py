@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from worker.bench import index_memory
+from worker.bench import index_memory, stores
 from worker.bench.fairness import add_fairness_arguments
 
 
@@ -70,6 +70,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only consolidate's mergeThreshold: merges on a LoCoMo-format file (as --locomo)",
     )  # fmt: skip
     parser.add_argument(
+        "--facts-extraction",
+        action="store_true",
+        help="only fact extraction: precision and recall over the test set, CPU per text; "
+        "with --locomo, the facts found in that file's turns and 50 of them to check by hand",
+    )
+    parser.add_argument("--facts-set", metavar="PATH", help="with --facts-extraction: a test set")
+    parser.add_argument(
+        "--topics",
+        action="store_true",
+        help="only topic assignment: purity, completeness, resume selection and CPU per message "
+        "on the interleaved sessions, by keywords and with the builtin model (not with "
+        "--embedder none)",
+    )
+    parser.add_argument("--topics-set", metavar="PATH", help="with --topics: a test set")
+    parser.add_argument(
+        "--facts-samples",
+        metavar="PATH",
+        help="with --facts-extraction --locomo: where the 50 facts to check go "
+        "(default /tmp/facts-locomo-samples.txt)",
+    )
+    parser.add_argument(
         "--sanitize-kib", type=int, default=512, help="size of each adversarial input, KiB"
     )
     parser.add_argument("--nats-url", help="bench the worker serving on this server instead")
@@ -90,5 +111,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "codes with each of these shortlists (e.g. 50,1000)",
     )
     index_memory.add_arguments(parser)
+    stores.add_arguments(parser)
     add_fairness_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")

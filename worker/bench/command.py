@@ -26,6 +26,7 @@ from worker.bench import index_memory
 from worker.bench.client import BenchClient, percentiles
 from worker.bench.corpus import Corpus
 from worker.bench.evict import measure_eviction
+from worker.bench.facts import run_facts
 from worker.bench.fairness import fairness_rows, run_fairness
 from worker.bench.filtered import measure_filtered
 from worker.bench.locomo import measure_locomo
@@ -37,6 +38,8 @@ from worker.bench.sanitize import find_locomo, run_sanitize
 from worker.bench.scale import measure_scale, scale_rows
 from worker.bench.sharded import measure_sharded, sharded_rows
 from worker.bench.state import measure_state
+from worker.bench.stores import run_stores, stores_rows
+from worker.bench.topics import run_topics
 from worker.bench.vector_quality import measure_vector_index, vector_index_rows
 from worker.embedded import EmbeddedServer
 from worker.tenancy import REQUEST_INFO, caller_of
@@ -301,6 +304,10 @@ async def run_scale(args: argparse.Namespace) -> list[dict[str, Any]]:
 def main(args: argparse.Namespace) -> int:
     if args.sanitize:
         return run_sanitize(args)
+    if args.facts_extraction:
+        return run_facts(args)
+    if args.topics:
+        return run_topics(args)
     if args.merge is not None:
         return run_merge(args)
     if args.sharded:
@@ -324,6 +331,10 @@ def main(args: argparse.Namespace) -> int:
     if args.fairness:
         fairness = run_fairness(args)
         print(json.dumps(fairness) if args.json else rows_text(fairness_rows(fairness)))
+        return 0
+    if args.stores:
+        found = run_stores(args)
+        print(json.dumps(found) if args.json else rows_text(stores_rows(found)))
         return 0
     if args.scale:
         scale = asyncio.run(run_scale(args))
