@@ -112,23 +112,33 @@ def line_of(memory: Shown) -> str:
     return f"{mark}{day} {memory.role}: {neutralise(text)}"
 
 
-def render(pinned: Sequence[Shown], ranked: Sequence[Shown], *, max_chars: int) -> ContextReply:
-    """Header, the pinned memories, then the ranked ones, then the footer, in at most
-    `max_chars` characters (code points): the first memory that does not fit is cut or left
-    out, and none after it is shown."""
+def render(
+    pinned: Sequence[Shown],
+    ranked: Sequence[Shown],
+    *,
+    max_chars: int,
+    facts: Sequence[str] = (),
+) -> ContextReply:
+    """Header, the pinned memories, the fact lines (section 19), then the ranked memories, then
+    the footer, in at most `max_chars` characters (code points): the first line that does not
+    fit is cut or left out, and none after it is shown."""
     room = max_chars - len(HEADER) - len(FOOTER) - 1  # each line then costs itself and a newline
     lines, ids, truncated = [HEADER], list[str](), False
-    for memory in [*pinned, *ranked]:
-        line = line_of(memory)
+    shown = [
+        *((line_of(memory), memory.id) for memory in pinned),
+        *((neutralise(fact), None) for fact in facts),
+        *((line_of(memory), memory.id) for memory in ranked),
+    ]
+    for line, memory_id in shown:
         if len(line) + 1 <= room:
             lines.append(line)
-            ids.append(memory.id)
+            ids += [] if memory_id is None else [memory_id]
             room -= len(line) + 1
             continue
         truncated = True
         if room - 1 >= MIN_CUT:
             lines.append(line[: room - 2] + "\u2026")
-            ids.append(memory.id)
+            ids += [] if memory_id is None else [memory_id]
         break
     lines.append(FOOTER)
     return ContextReply(text="\n".join(lines), memories=ids, truncated=truncated)

@@ -17,6 +17,7 @@ import msgspec
 from msgspec import UNSET
 
 from handlers.audit import Change
+from handlers.facts.beliefs import memories_gone
 from handlers.grants import grants_clause
 from handlers.session_refs import remove_memories
 from handlers.switch import SWITCHED_ON
@@ -162,6 +163,7 @@ def delete_doomed(conn: apsw.Connection, doomed: Sequence[Doomed]) -> list[Doome
         by_agent.setdefault((memory.tenant, memory.agent_id), []).append(memory.memory_id)
     for agent, memory_ids in by_agent.items():
         remove_memories(conn, agent, memory_ids)
+        memories_gone(conn, agent, memory_ids)
     return deleted
 
 

@@ -17,6 +17,7 @@ import apsw
 import msgspec
 
 from handlers.audit import Change
+from handlers.facts.beliefs import memories_gone
 from handlers.session_refs import remove_memories
 from handlers.tables.registered import TABLES
 from handlers.tables.table import Skip, Table
@@ -144,6 +145,7 @@ def apply_delete(conn: apsw.Connection, plan: Deletion) -> list[str]:
         )
     ]
     remove_memories(conn, plan.agent, gone)
+    memories_gone(conn, plan.agent, gone)
     return gone
 
 

@@ -33,6 +33,7 @@ from msgspec import UNSET
 
 from handlers.audit import MAX_IDS, Change
 from handlers.evict import KEPT, scope_of
+from handlers.facts.beliefs import memories_gone
 from handlers.session_refs import remove_memories
 from handlers.switch import SWITCHED_ON
 from schema.base import Agent
@@ -240,6 +241,7 @@ def apply_merges(conn: apsw.Connection, groups: Sequence[Group]) -> list[Merged]
         )
         remove_memories(conn, agent, removed)  # in sessions that hold the survivor already
         conn.executemany("DELETE FROM memories WHERE id = ?", [(m,) for m in removed])
+        memories_gone(conn, agent, removed)
         done.append(Merged(*agent, survivor, removed))
     return done
 

@@ -50,6 +50,9 @@ class StoreReply(Reply, frozen=True, omit_defaults=True):
     # `{}` and `[]` when nothing, left out only of a switched-off agent's reply.
     redactions: dict[str, int] | None = None
     flags: list[str] | None = None
+    # The facts its text stated, created or confirmed (section 19); `[]` when none, when
+    # deduplicated, or with MEMORY_WORKER_FACTS=off.
+    facts: list[str] | None = None
 
 
 NOT_STORED = StoreReply(id=None, stored=False, deduplicated=False, disabled=True)

@@ -45,6 +45,14 @@ class SanitizerFigures(Reply, frozen=True):
     flags: dict[str, int]
 
 
+class FactCounts(Reply, frozen=True):
+    """Facts by status (section 19): over the request's scope, or its agent's with `agentId`."""
+
+    current: int
+    past: int
+    retracted: int
+
+
 class StatsReply(Reply, frozen=True, omit_defaults=True):
     # "corrupt" once a trigger met a damaged database (healthReason: which, and SQLite's
     # words); the counts below are null when the damage kept them from being taken.
@@ -73,6 +81,7 @@ class StatsReply(Reply, frozen=True, omit_defaults=True):
     usage_records: int | None
     # Canonical sessions: (agent, user) conversations across channels.
     canonical_sessions: int | None
+    facts: FactCounts | None
     database_bytes: int
     in_flight: int
     index_agents: int

@@ -243,6 +243,26 @@ def test_bench_facts_extraction_prints_precision_recall_cost_and_locomo_facts(
     assert f"2 facts to check by hand  {samples}" in table.stdout
 
 
+def test_bench_fact_store_prints_query_p50_beside_the_echo_and_stores_per_second_on_and_off() -> (
+    None
+):
+    """--fact-store on small sizes: the query's p50 and its ratio to the echo measured in the same
+    run, and stores per second with extraction on and off (their ratio)."""
+    command = [sys.executable, "-m", "worker", "bench", "--fact-store", "--fact-count", "200",
+               "--fact-stores", "60", "--fact-rounds", "1", "--echo", "50", "--json"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["facts"] == 200 and results["echo"]["p50_ms"] > 0
+    query = results["query_by_subject"]
+    assert query["p50_vs_echo"] == round(query["p50_ms"] / results["echo"]["p50_ms"], 2)
+    stores = results["stores_per_second"]
+    assert stores["extract"] > 0 and stores["off"] > 0 and stores["rounds"] == 1
+    [ratio] = stores["ratios"]  # one round: its ratio is the median
+    assert stores["ratio"] == ratio
+    assert abs(ratio / (stores["extract"] / stores["off"]) - 1) < 0.05  # rates are rounded
+
+
 def test_bench_topics_prints_purity_completeness_resume_and_cost() -> None:
     """--topics scores the interleaved sessions by keywords and with the builtin model's
     vectors: purity, completeness and resume selection at the issue's bar with vectors, near

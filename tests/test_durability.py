@@ -88,6 +88,7 @@ async def test_every_acknowledged_store_survives_kill_9(nats_url: str, tmp_path:
                 "deduplicated": True,
                 "redactions": {},
                 "flags": [],
+                "facts": [],
             }
     finally:
         await app.stop()

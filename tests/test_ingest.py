@@ -231,6 +231,11 @@ async def test_a_redelivered_message_changes_nothing_for_every_ingestible_write(
         said = {"agentId": "a", "userId": "u", "channel": "web", "role": "user", "content": "hi"}
         await twice("canonical.append", said)
         await twice("delete", {"agentId": "a", "ids": [memory_id]})
+        fact = {"agentId": "a", "subject": "user", "predicate": "speaks", "object": "Welsh"}
+        await twice("fact.assert", fact | {"validFrom": 1})
+        await twice("fact.end", {"agentId": "a", "subject": "user", "predicate": "speaks"})
+        fact_id = one(db, "SELECT id FROM facts")
+        await twice("fact.retract", {"agentId": "a", "ids": [fact_id]})
         await client.store("c", "to be erased")
         await twice("erase", {"agentId": "c", "confirm": "c"})
         assert driven == set(INGESTED.values()), "an ingestible write is not driven here"

@@ -61,6 +61,7 @@ async def test_a_forgotten_memory_is_invisible_to_recall_restorable_and_restored
         "deduplicated": True,
         "redactions": {},
         "flags": [],
+        "facts": [],
     }
     assert {m["id"] for m in await client.recall("a", "note")} == {kept, gone}
     await client.ok("memory::forget", {"agentId": "a", "ids": [gone]})

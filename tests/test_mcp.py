@@ -29,6 +29,7 @@ TOOLS = {
     "memory_get",
     "memory_forget",
     "memory_list",
+    "memory_facts",
 }
 
 
@@ -56,7 +57,7 @@ def text(result: CallToolResult) -> str:
 async def test_the_tools_are_listed_with_guidance_and_toggle_only_when_allowed(
     nats_url: str, worker: App
 ) -> None:
-    """Six tools by default, memory_toggle with --allow-toggle; none takes an agent, and the
+    """Seven tools by default, memory_toggle with --allow-toggle; none takes an agent, and the
     save and search descriptions say when to use them."""
     async with mcp_client("--agent", "a1", "--nats-url", nats_url) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
@@ -263,3 +264,33 @@ async def test_save_takes_a_summary_and_taxonomy_and_says_what_the_sanitiser_did
         [memory_out] = listed.memories
         assert memory_out.summary == "release: email ops first"
         assert memory_out.category == "instruction" and memory_out.sensitivity == "public"
+
+
+async def test_memory_facts_answers_now_or_at_a_date_and_memory_context_shows_fact_lines(
+    nats_url: str, worker: App
+) -> None:
+    """What the agent knows about the user now and on a past date; the context block has the
+    current fact between the pinned memories and the ranked ones; a bad date is an error."""
+    day = 86_400_000
+    async with await MemoryClient.connect(nats_url, config=CONFIG) as memory:
+        pinned = await memory.store(StoreRequest(agent_id="a1", content="Always answer briefly"))
+        assert pinned.id is not None
+        await memory.update(UpdateRequest(agent_id="a1", id=pinned.id, pinned=True))
+        await memory.store(StoreRequest(agent_id="a1", content="I live in Paris.", timestamp=0))
+        moved = StoreRequest(agent_id="a1", content="I moved to Berlin.", timestamp=30 * day)
+        assert (await memory.store(moved)).facts
+        await memory.store(StoreRequest(agent_id="b", content="I live in Rome."))
+    async with mcp_client("--agent", "a1", "--nats-url", nats_url) as client:
+        now = text(await client.call_tool("memory_facts", {"about": "user"}))
+        assert now.endswith("user lives in Berlin (since 1970-01-31)") and "Rome" not in now
+        then = text(await client.call_tool("memory_facts", {"date": "1970-01-05"}))
+        assert then.endswith("user lives in Paris (since 1970-01-01, until 1970-01-31)")
+        by_object = text(await client.call_tool("memory_facts", {"about": "berlin"}))
+        assert "lives in Berlin" in by_object
+        bad = await client.call_tool("memory_facts", {"date": "last week"})
+        assert bad.is_error and "`date`" in text(bad)
+        block = text(await client.call_tool("memory_context", {"query": "where does user live"}))
+        lines = block.splitlines()
+        assert "Always answer briefly" in lines[1]
+        assert lines[2] == "fact: user lives in Berlin (since 1970-01-31)"
+        assert "fact: user lives in Paris" not in block

@@ -133,6 +133,14 @@ async def scenario(client: Client) -> None:
     await client.ok("memory::kv::set", {"agentId": "g", "key": "k", "value": 2, "ifVersion": 1})
     await client.ok("memory::kv::set", {"namespace": "shared", "key": "s", "value": "x"})
     await client.ok("memory::kv::delete", {"agentId": "g", "key": "k"})
+    lisbon = (await client.store("i", "I live in Lisbon.", timestamp=5))["id"]
+    assert (await client.store("i", "I moved to Porto", timestamp=9))["facts"]  # supersedes
+    fact = {"agentId": "i", "subject": "user", "predicate": "likes", "object": "tea"}
+    tea = await client.ok("memory::fact::assert", fact | {"validFrom": 3, "sources": [lisbon]})
+    await client.ok("memory::fact::assert", fact | {"predicate": "dislikes", "validFrom": 4})
+    ended = {"agentId": "i", "subject": "user", "predicate": "lives_in", "at": 20}
+    assert (await client.ok("memory::fact::end", ended))["ended"]
+    await client.ok("memory::fact::retract", {"agentId": "i", "ids": [tea["fact"]["id"]]})
     for n in range(2):
         await client.ok("memory::task::post", {"title": f"task {n}", "createdBy": "g"})
     claimed = (await client.ok("memory::task::claim", {"agentId": "h"}))["task"]

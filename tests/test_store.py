@@ -29,6 +29,7 @@ async def test_store_replies_id_stored_and_deduplicated_on_the_wire(client: Clie
         "deduplicated": True,
         "redactions": {},
         "flags": [],
+        "facts": [],
     }
 
 

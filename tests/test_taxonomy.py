@@ -77,6 +77,7 @@ async def test_a_summarys_words_find_the_memory_as_its_contents_would(client: Cl
         "deduplicated": True,
         "redactions": {},
         "flags": [],
+        "facts": [],
     }
     assert (await get(client, "a", found))["summary"] == "quarterly budget review"
 

@@ -18,7 +18,8 @@ import httpx2
 from worker.client import MemoryClient
 from worker.tokens import load_tokens
 from worker.ui.access import Sessions
-from worker.ui.server import Link, make_app
+from worker.ui.application import make_app
+from worker.ui.server import Link
 
 TOKENS = {"alice": "alice-ui-token", "bob": "bob-ui-token", "all": "every-agent-token"}
 

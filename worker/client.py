@@ -40,7 +40,18 @@ from worker.config import Config, load_config, nats_servers
 from worker.redact import redact
 from worker.registry import BY_TRIGGER
 from worker.route import Route
-from worker.triggers import canonical, kg, kv, life, maintenance, memory, sessions, tasks, usage
+from worker.triggers import (
+    canonical,
+    facts,
+    kg,
+    kv,
+    life,
+    maintenance,
+    memory,
+    sessions,
+    tasks,
+    usage,
+)
 from worker.triggers.agents import AGENTS
 
 Q = TypeVar("Q", bound=TriggerRequest)
@@ -257,4 +268,8 @@ class MemoryClient:
     usage_query = Sends(usage.QUERY)
     canonical_get = Sends(canonical.GET)
     canonical_append = Sends(canonical.APPEND)
+    fact_assert = Sends(facts.ASSERT)
+    fact_end = Sends(facts.END)
+    fact_retract = Sends(facts.RETRACT)
+    fact_query = Sends(facts.QUERY)
     agents = Sends(AGENTS)

@@ -45,6 +45,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     synchronous: Literal["full", "normal"] = "full"
     ingest: bool = True
     keyword: Literal["share", "idf", "stems"] = "stems"
+    # `extract`: memory::store asserts the first-person facts its text states (section 19);
+    # `off`: facts come only from memory::fact::assert.
+    facts: Literal["extract", "off"] = "extract"
     # `formula`: recall is the exact top-k of the score; `expanded`: that ranking, with a memory
     # lifted by its stronger neighbours in the conversation (handlers/recall/expand.py).
     recall: Literal["formula", "expanded"] = "expanded"

@@ -17,6 +17,7 @@ import argparse
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 import msgspec
@@ -26,6 +27,7 @@ from pydantic import Field, ValidationError
 
 from schema.context import ContextRequest
 from schema.errors import WorkerError
+from schema.facts import FactQueryRequest
 from schema.life import ForgetRequest, GetRequest, ListRequest
 from schema.memory import RecallRequest, StoreRequest
 from schema.session import SessionListRequest
@@ -36,6 +38,7 @@ from worker.client_errors import ClientError
 from worker.config import Config
 from worker.mcp_text import (
     CONTEXT,
+    FACTS,
     FORGET,
     GET,
     INSTRUCTIONS,
@@ -43,6 +46,7 @@ from worker.mcp_text import (
     SAVE,
     SEARCH,
     TOGGLE,
+    fact_lines,
     memory_lines,
     recalled_lines,
     refused_arguments,
@@ -150,6 +154,15 @@ def agent_resolver(
     return resolve
 
 
+def end_of_day(date: str) -> int:
+    """The last millisecond of a UTC day `YYYY-MM-DD` (a tool error naming `date` otherwise)."""
+    try:
+        start = datetime.strptime(date, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        raise ToolError(f"invalid argument: `date`: {date!r} is not YYYY-MM-DD") from None
+    return int(start.timestamp() * 1000) + 86_399_999
+
+
 def build_server(
     bridge: Bridge,
     agent: str | None,
@@ -223,6 +236,25 @@ def build_server(
         )
         reply = await bridge.call(lambda c: c.context(request))
         return reply.text
+
+    @server.tool(name="memory_facts", description=FACTS, structured_output=False)
+    async def memory_facts(
+        ctx: Context,
+        about: Annotated[str | None, Field(min_length=1, max_length=256)] = None,
+        date: Annotated[str | None, Field(description="YYYY-MM-DD; omit for now")] = None,
+        limit: Annotated[int, Field(ge=1, le=100)] = 20,
+    ) -> str:
+        fields: dict[str, Any] = {"agentId": agent_of(ctx), "limit": limit}
+        if date is not None:
+            fields["asOf"] = end_of_day(date)
+        if about is not None:
+            fields["subject"] = about
+        reply = await bridge.call(lambda c: c.fact_query(bridge.convert(fields, FactQueryRequest)))
+        if not reply.facts and about is not None:  # `about` may be what a fact is about
+            fields["object"] = fields.pop("subject")
+            request = bridge.convert(fields, FactQueryRequest)
+            reply = await bridge.call(lambda c: c.fact_query(request))
+        return fact_lines(reply.facts) or "No facts known."
 
     @server.tool(name="memory_get", description=GET, structured_output=False)
     async def memory_get(ids: Ids, ctx: Context) -> str:

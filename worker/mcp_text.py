@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from handlers.context import neutralise
+from schema.facts import Fact
 from schema.life import MemoryOut
 from schema.memory import RecalledMemory
 
@@ -42,8 +43,13 @@ asks about their preferences, people, projects or past decisions, or when a reme
 could change your answer. Use a short query of the key words; if nothing fits, try other
 words once. limit: how many (default 5, at most 20)."""
 CONTEXT = """The agent's memory for the current topic as one block to read before answering:
-pinned memories first, then the best matches for the query. Use it at the start of a task or
-conversation; use memory_search for a specific question."""
+pinned memories first, then what is true now about the topic (`fact:` lines), then the best
+matches for the query. Use it at the start of a task or conversation; use memory_search for a
+specific question."""
+FACTS = """What the agent knows as facts (where someone lives, works, what they like...), with
+the date each began and ended: now by default, or as they were on `date` (YYYY-MM-DD). A newer
+fact replaces an older one ("moved to Berlin" ends "lives in Paris"); answer from these rather
+than from old memories that disagree. `about`: a person or thing (`user` for the user)."""
 GET = "Read memories by id (ids come from memory_search, memory_list or memory_save)."
 FORGET = """Forget memories by id: they stop being found or listed. Use it when the user asks
 to forget something or a memory is wrong or outdated (save the corrected fact as well)."""
@@ -77,6 +83,15 @@ def memory_lines(memories: Sequence[MemoryOut]) -> str:
         f"{one_line(m.content)}"
         for m in memories
     )
+
+
+def fact_lines(facts: Sequence[Fact]) -> str:
+    """`[id] Maria lives in Lisbon (since 2024-03-01, until 2025-01-10)`."""
+    lines = []
+    for f in facts:
+        until = "" if f.valid_to is None else f", until {day(f.valid_to)}"
+        lines.append(f"[{f.id}] {one_line(f.statement)} (since {day(f.valid_from)}{until})")
+    return "\n".join(lines)
 
 
 def refused_arguments(problems: Sequence[Mapping[str, Any]]) -> str:

@@ -21,6 +21,7 @@ from worker.shards.claims import CRON_WRITES
 from worker.triggers import (
     agents,
     canonical,
+    facts,
     kg,
     kv,
     life,
@@ -42,6 +43,7 @@ ROUTES = table(
     tasks.ROUTES,
     usage.ROUTES,
     canonical.ROUTES,
+    facts.ROUTES,
     agents.ROUTES,
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from handlers.tables import (
     bookkeeping,
     canonical_sessions,
+    facts,
     graph,
     kv_keys,
     memories,
@@ -27,6 +28,8 @@ MEMORY_TABLES: tuple[Table, ...] = (
     sessions.SESSIONS,
     graph.KG_ENTITIES,
     graph.KG_RELATIONS,
+    facts.FACTS,
+    facts.FACT_SOURCES,
     bookkeeping.AUDIT,
 )
 # State beside memories (contract section 14).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from worker.bench import index_memory, stores
+from worker.bench import index_memory, million, stores
 from worker.bench.fairness import add_fairness_arguments
 
 
@@ -110,7 +110,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only the vector index on the --locomo file with the builtin model: exact, then "
         "codes with each of these shortlists (e.g. 50,1000)",
     )
+    parser.add_argument(
+        "--fact-store",
+        action="store_true",
+        help="only the fact store: memory::fact::query p50 at --fact-count facts in one agent "
+        "beside the echo, stores/s with extraction on vs off",
+    )
+    parser.add_argument("--fact-count", type=int, default=10_000, help="with --fact-store")
+    parser.add_argument(
+        "--fact-stores", type=int, default=2000, help="with --fact-store: stores per round"
+    )
+    parser.add_argument(
+        "--fact-rounds", type=int, default=3, help="with --fact-store: rounds per mode"
+    )
     index_memory.add_arguments(parser)
+    million.add_arguments(parser)
     stores.add_arguments(parser)
     add_fairness_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")

@@ -32,7 +32,8 @@ from worker.client import MemoryClient
 from worker.config import load_config
 from worker.embedded import EmbeddedServer
 from worker.ui.access import Sessions
-from worker.ui.server import Link, make_app
+from worker.ui.application import make_app
+from worker.ui.server import Link
 
 NOW = 1_795_000_000_000
 BIG = "zz-big"  # listed after the small agents: the agents page's first page is theirs

@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,12 +25,15 @@ from worker.bench import index_memory
 from worker.bench.client import BenchClient, percentiles
 from worker.bench.corpus import Corpus
 from worker.bench.evict import measure_eviction
+from worker.bench.fact_store import fact_store_rows, run_fact_store
 from worker.bench.facts import run_facts
 from worker.bench.fairness import fairness_rows, run_fairness
 from worker.bench.filtered import measure_filtered
 from worker.bench.locomo import measure_locomo
 from worker.bench.mcp_trip import measure_mcp_round_trip
 from worker.bench.merge import run_merge
+from worker.bench.million import measure as measure_million
+from worker.bench.million_report import million_rows
 from worker.bench.overhead import measure_client_overhead
 from worker.bench.report import rows_text, table
 from worker.bench.sanitize import find_locomo, run_sanitize
@@ -41,6 +43,7 @@ from worker.bench.state import measure_state
 from worker.bench.stores import run_stores, stores_rows
 from worker.bench.topics import run_topics
 from worker.bench.vector_quality import measure_vector_index, vector_index_rows
+from worker.bench.waiting import free_port, wait_for_responder, wait_for_workers
 from worker.embedded import EmbeddedServer
 from worker.tenancy import REQUEST_INFO, caller_of
 
@@ -59,12 +62,6 @@ def request_info_parse_us() -> float:
     return round(sorted(samples)[len(samples) // 2], 3)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def rss_mb(pid: int | None) -> float | None:
     if pid is None:
         return None
@@ -72,38 +69,6 @@ def rss_mb(pid: int | None) -> float | None:
         if line.startswith("VmRSS:"):
             return round(int(line.split()[1]) / 1024, 1)
     return None
-
-
-async def wait_for_responder(nc: Any, subject: str, timeout: float = 60.0) -> None:
-    """Until something answers on subject: the worker's service, and the echo process, which
-    may subscribe after a worker given by --nats-url already answers."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            await nc.request(subject, b"{}", timeout=1.0)
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"nothing answered on {subject} in time") from None
-            await asyncio.sleep(0.2)
-
-
-async def wait_for_workers(url: str, count: int, timeout: float = 60.0) -> None:
-    """Until `count` workers answer `$SRV.PING.memory` (each instance answers it)."""
-    nc = await nats.connect(url)
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            inbox = nc.new_inbox()
-            replies = await nc.subscribe(inbox)
-            await nc.publish("$SRV.PING.memory", b"", reply=inbox)
-            await asyncio.sleep(0.5)
-            await replies.unsubscribe()
-            if replies.pending_msgs >= count:
-                return
-        raise RuntimeError(f"{count} workers did not answer in time")
-    finally:
-        await nc.close()
 
 
 async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) -> dict[str, Any]:
@@ -302,6 +267,10 @@ async def run_scale(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.fact_store:
+        found = asyncio.run(run_fact_store(args))
+        print(json.dumps(found) if args.json else rows_text(fact_store_rows(found)))
+        return 0
     if args.sanitize:
         return run_sanitize(args)
     if args.facts_extraction:
@@ -335,6 +304,11 @@ def main(args: argparse.Namespace) -> int:
     if args.stores:
         found = run_stores(args)
         print(json.dumps(found) if args.json else rows_text(stores_rows(found)))
+        return 0
+    if args.million:
+        args.embedder = args.embedder or "none"
+        million = asyncio.run(measure_million(args))
+        print(json.dumps(million) if args.json else rows_text(million_rows(million)))
         return 0
     if args.scale:
         scale = asyncio.run(run_scale(args))

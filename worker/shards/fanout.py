@@ -21,6 +21,7 @@ from handlers.cursors import decode_cursor, encode_cursor
 from handlers.paging import fitting_page
 from schema.agents import AgentsReply, AgentsRequest, AgentSummary
 from schema.life import AuditEvent, AuditReply, AuditRequest
+from schema.stats import FactCounts
 from schema.usage import UsageGroup, UsageQueryReply, UsageTotals
 from worker.readers import Readers
 from worker.route import Ask
@@ -50,6 +51,9 @@ def added_up(replies: list[Any]) -> Any:
     for name in first.__struct_fields__:
         found = [getattr(reply, name) for reply in replies]
         if any(isinstance(value, bool) for value in found):
+            continue
+        if all(isinstance(value, FactCounts) for value in found):  # counts by status
+            values[name] = added_up(found)
             continue
         numbers = [value for value in found if isinstance(value, int | float)]
         if not numbers or len(numbers) + found.count(None) != len(found):

@@ -53,8 +53,10 @@ from worker.triggers.sessions import (
 from worker.triggers.storing import (
     Prepared,
     Stored,
+    StoreDone,
     apply_store,
     decide_store,
+    fact_changes,
     prepare_store,
     sanitiser_detail,
     store_reply,
@@ -90,7 +92,7 @@ class Appended(msgspec.Struct, frozen=True):
 class Counted(NamedTuple):
     """What apply did: the store's result, the user's message count, the list's length."""
 
-    stored: tuple[StoreReply, bool]
+    stored: StoreDone
     message_count: int
     session_length: int
 
@@ -118,7 +120,7 @@ def apply_append(conn: apsw.Connection, d: Appended) -> Counted:
     """A switched-off agent stores nothing (apply_store) and counts nothing either."""
     agent = agent_of(d.stored.request)
     done = apply_store(conn, d.stored)
-    if done[0].id is None:
+    if done.reply.id is None:
         return Counted(done, message_count(conn, agent, d.user_id), 0)
     count = count_message(conn, agent, d.user_id, d.channel, d.stored.at)
     return Counted(done, count, session_length(conn, agent, d.user_id))
@@ -135,14 +137,14 @@ def append_answer(d: Appended, counted: Counted) -> Answer:
 def append_changes(d: Appended, counted: Counted) -> list[Change]:
     """Every append that wrote, with the memory's id (the sanitiser's rules and flags, never
     the text); one that restored a forgotten memory by its content also as an unforget."""
-    reply, restored = counted.stored
+    reply, restored = counted.stored.reply, counted.stored.restored
     if reply.id is None:
         return []
     agent = agent_of(d.stored.request)
     changes = [Change(agent, [reply.id], detail=sanitiser_detail(d.stored.rules, d.stored.flags))]
     if restored:
         changes.append(Change(agent, [reply.id], trigger="memory::unforget"))
-    return changes
+    return [*changes, *fact_changes(d.stored, counted.stored)]
 
 
 APPEND_WRITE: Write[Appended, Counted] = Write(

@@ -22,10 +22,13 @@ from msgspec import UNSET
 from handlers import audit
 from handlers.stats import COUNTED, reply_counts, table_counts
 from handlers.switch import switched_off
+from handlers.tables.facts import STATUS_SQL, fact_counts
+from handlers.tables.table import CountScope
 from schema.base import agent_of
 from schema.life import AuditReply, AuditRequest
 from schema.memory import ConsolidateReply, ConsolidateRequest, EvictReply, EvictRequest
 from schema.stats import (
+    FactCounts,
     JobFigures,
     RunFigures,
     SanitizerFigures,
@@ -47,6 +50,7 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
     """Answers even when the database is damaged: that is when an operator asks."""
     t = s.telemetry
     counts: dict[str, int | None]
+    facts: FactCounts | None
     sanitised = t.sanitizer
     enabled = None
     tenant = req.tenant if isinstance(req.tenant, str) else None
@@ -54,12 +58,17 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
     try:
         now = s.clock()
         counts = dict(await s.readers.run(lambda c: table_counts(c, tenant, grants, now=now)))
+        facts = FactCounts(**{status: counts[f"facts_{status}"] or 0 for status in STATUS_SQL})
         if req.agent_id is not UNSET:
             agent = agent_of(req)
             enabled = not await s.readers.run(lambda conn: switched_off(conn, agent))
+            scope = CountScope(tenant, grants, now)
+            facts = FactCounts(
+                **await s.readers.run(lambda conn: fact_counts(conn, scope, agent[1]))
+            )
     except DAMAGED as error:
         t.health.corrupt(f"memory::stats: {type(error).__name__}: {error}")
-        counts = dict.fromkeys(COUNTED)
+        counts, facts = dict.fromkeys(COUNTED), None
     if tenant is not None:  # the tenant's own texts only
         sanitised = t.sanitizer_by_tenant.get(tenant, SanitizerCounts())
     path = Path(s.config.db_path)
@@ -82,6 +91,7 @@ async def stats(s: Services, req: StatsRequest) -> StatsReply:
             )
         },
         **reply_counts(counts),
+        facts=facts,
         database_bytes=on_disk,
         in_flight=t.in_flight,
         index_agents=s.index.loaded_agents(tenant, granted(grants)),

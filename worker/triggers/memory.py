@@ -20,13 +20,14 @@ import msgspec
 from msgspec import UNSET
 
 from handlers import context as context_handler
+from handlers.facts.context import context_facts
 from handlers.recall import expand
 from handlers.recall import trigger as recall_handler
 from handlers.recall.order import ids_of
 from handlers.recall.rank import rank_rows
 from handlers.recall.vector_index import chosen
 from handlers.switch import switched_off
-from schema.base import tenant_of
+from schema.base import agent_of, tenant_of
 from schema.context import ContextReply, ContextRequest
 from schema.life import UpdateReply, UpdateRequest
 from schema.memory import RecallReply, RecallRequest, StoreReply, StoreRequest
@@ -135,6 +136,7 @@ async def _ranked(s: Services, req: RecallRequest) -> tuple[RecallReply, Accesse
         reply, now = await s.index.with_snapshot(
             (tenant, req.agent_id),
             lambda conn, found: _recall(s, conn, found, req, query_vector, tenant),
+            query=req.query,
         )
     if not reply.memories:
         return reply, None
@@ -154,7 +156,11 @@ async def context(s: Services, req: ContextRequest) -> ContextReply:
     memories behind it."""
     found, accessed = await _ranked(s, context_handler.recall_request(req))
     _count_access(s, accessed)
-    return context_handler.render(found.pinned or [], found.memories, max_chars=req.max_chars)
+    agent = agent_of(req)
+    facts = await s.readers.run(lambda conn: context_facts(conn, agent, req.query))
+    return context_handler.render(
+        found.pinned or [], found.memories, max_chars=req.max_chars, facts=facts
+    )
 
 
 STORE = Route(

@@ -22,6 +22,8 @@ import numpy as np
 from msgspec import UNSET
 
 from handlers.audit import Change
+from handlers.facts.extract import Statement, extract_statements
+from handlers.facts.from_memory import PlannedFact, apply_planned, plan_facts
 from handlers.sanitize import Sanitized, sanitize
 from handlers.store import Embedding, check_store, place_store
 from handlers.switch import switched_off
@@ -41,6 +43,7 @@ class Prepared(NamedTuple):
     request: Any  # the request with its text sanitised
     found: Sanitized  # what the sanitiser did, content and summary together
     embedding: Embedding | None
+    statements: tuple[Statement, ...] = ()  # the facts its sanitised text states (section 19)
 
 
 async def _sanitized(s: Services, texts: list[str]) -> list[Sanitized]:
@@ -85,7 +88,10 @@ async def prepare_store(s: Services, req: StoreRequest) -> Prepared:
             summary=parts[1].text if len(parts) > 1 else req.summary,
         )
     embedding = await _embedded(s, clean.content, may_defer=True)
-    return Prepared(clean, _merged(parts, parts[0].text), embedding)
+    statements: tuple[Statement, ...] = ()
+    if s.config.facts == "extract" and clean.role in ("user", "assistant"):
+        statements = tuple(extract_statements(clean.content))
+    return Prepared(clean, _merged(parts, parts[0].text), embedding, statements)
 
 
 class Stored(msgspec.Struct, frozen=True):
@@ -100,6 +106,18 @@ class Stored(msgspec.Struct, frozen=True):
     rules: list[str]
     model: str | None = None
     vector: bytes | None = None
+    # The facts its text states, asserted once the memory is written (section 19).
+    facts: list[PlannedFact] = msgspec.field(default_factory=list)
+
+
+class StoreDone(NamedTuple):
+    """What applying a store did: the reply (with its `facts`), whether it restored a forgotten
+    memory (audited as an unforget), and the facts its statements ended."""
+
+    reply: StoreReply
+    restored: bool
+    superseded: tuple[str, ...] = ()  # ended by the facts it asserted
+    ended: tuple[str, ...] = ()  # ended by the ends its text states
 
 
 def _vector(model: str | None, vector: bytes | None) -> Embedding | None:
@@ -118,13 +136,14 @@ def decide_store(conn: apsw.Connection, req: StoreRequest, now: int, p: Prepared
         rules=list(p.found.rules),
         model=None if p.embedding is None else p.embedding[0],
         vector=None if p.embedding is None else p.embedding[1].astype(np.float32).tobytes(),
+        facts=plan_facts(p.request.role, p.request.metadata, p.statements),
     )
 
 
-def apply_store(conn: apsw.Connection, d: Stored) -> tuple[StoreReply, bool]:
-    """The reply, and whether it restored a forgotten memory (audited as an unforget)."""
+def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
+    """The memory written (or found: dedup), then, for a new memory, its statements' facts."""
     if switched_off(conn, agent_of(d.request)):
-        return NOT_STORED, False
+        return StoreDone(NOT_STORED, False)
     reply, restores = place_store(
         conn,
         d.request,
@@ -133,7 +152,18 @@ def apply_store(conn: apsw.Connection, d: Stored) -> tuple[StoreReply, bool]:
         memory_id=d.id,
         flags=d.flags,
     )
-    return reply, restores
+    if not reply.stored or reply.id is None:
+        return StoreDone(msgspec.structs.replace(reply, facts=[]), restores)
+    timestamp = d.at if d.request.timestamp is UNSET else d.request.timestamp
+    found = apply_planned(
+        conn, agent_of(d.request), d.facts, memory_id=reply.id, timestamp=timestamp, at=d.at
+    )
+    return StoreDone(
+        msgspec.structs.replace(reply, facts=found.facts),
+        restores,
+        tuple(found.superseded),
+        tuple(found.ended),
+    )
 
 
 def sanitiser_detail(rules: list[str], flags: list[str]) -> dict[str, Any] | None:
@@ -141,21 +171,34 @@ def sanitiser_detail(rules: list[str], flags: list[str]) -> dict[str, Any] | Non
     return {"rules": rules, "flags": flags} if rules or flags else None
 
 
-def store_changes(d: Stored, done: tuple[StoreReply, bool]) -> list[Change]:
+def fact_changes(d: Stored, done: StoreDone) -> list[Change]:
+    """The facts a store asserted and ended, audited as those triggers' rows (ids, no text)."""
+    agent = agent_of(d.request)
+    facts = done.reply.facts or []
+    return [
+        Change(
+            agent, facts, trigger="memory::fact::assert", detail={"ended": list(done.superseded)}
+        ),
+        Change(agent, done.ended, trigger="memory::fact::end"),
+    ]
+
+
+def store_changes(d: Stored, done: StoreDone) -> list[Change]:
     """A store that wrote is audited as a store; one that restored a forgotten memory by
     storing its content again, as an unforget."""
-    reply, restored = done
+    reply, restored = done.reply, done.restored
     if reply.id is None:  # the agent's memory is switched off: nothing was written
         return []
     if restored:
         return [Change(agent_of(d.request), [reply.id], trigger="memory::unforget")]
     if not reply.stored:
         return []
-    return [Change(agent_of(d.request), [reply.id], detail=sanitiser_detail(d.rules, d.flags))]
+    detail = sanitiser_detail(d.rules, d.flags)
+    return [Change(agent_of(d.request), [reply.id], detail=detail), *fact_changes(d, done)]
 
 
-def store_reply(d: Stored, done: tuple[StoreReply, bool]) -> StoreReply:
-    reply, _ = done
+def store_reply(d: Stored, done: StoreDone) -> StoreReply:
+    reply = done.reply
     if reply.disabled:
         return reply
     return msgspec.structs.replace(reply, redactions=d.redactions, flags=d.flags)
@@ -167,7 +210,7 @@ async def prepare_after_recalls(s: Services, req: StoreRequest) -> Prepared:
     return await prepare_store(s, req)
 
 
-STORE: Write[Stored, tuple[StoreReply, bool]] = Write(
+STORE: Write[Stored, StoreDone] = Write(
     decision=Stored,
     decide=decide_store,
     apply=apply_store,

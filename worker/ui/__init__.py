@@ -3,7 +3,8 @@ the worker, that shows people what their agents remember and lets them correct a
 talking to workers over NATS with the typed client (worker/client.py).
 
 - worker/ui/access.py: who may come in (section 18's tokens, a session cookie, CSRF tokens);
-- worker/ui/server.py: the application, its security headers, and how it is served;
+- worker/ui/server.py: the guard, its security headers, and how it is served;
+- worker/ui/application.py: the routes of every page assembled behind them;
 - worker/ui/pages.py and worker/ui/agent_pages.py: what each page asks the worker and shows;
 - worker/ui/drawing.py: the knowledge graph and the stats chart as server-drawn SVG;
 - templates/ (Jinja2, autoescaped: memory text is always text) and static/ (no inline script).

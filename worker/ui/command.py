@@ -15,7 +15,8 @@ from worker.config import Config
 from worker.mcp_http import LOOPBACK
 from worker.tokens import TokenFileError, tokens_from_env
 from worker.ui.access import Sessions
-from worker.ui.server import TOKENS_VARIABLE, connector, make_app, serve
+from worker.ui.application import make_app
+from worker.ui.server import TOKENS_VARIABLE, connector, serve
 
 
 def ui_command(config: Config, args: argparse.Namespace) -> Exit:

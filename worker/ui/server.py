@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,19 +23,16 @@ import jinja2
 import msgspec
 import structlog
 import uvicorn
-from starlette.applications import Starlette
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schema.errors import WorkerError
 from worker.client import MemoryClient
 from worker.client_errors import ClientError
 from worker.config import Config
-from worker.registry import BY_TRIGGER
 from worker.ui.access import COOKIE, EVERY_AGENT, IDLE_S, Session, Sessions, same, set_cookie
 from worker.ui.formats import FILTERS
 
@@ -198,37 +194,6 @@ async def secured(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> N
         await send(message)
 
     await app(scope, receive, with_headers)
-
-
-def make_app(link: Link, sessions: Sessions) -> ASGIApp:
-    from worker.ui import agent_pages, pages, signin
-
-    browser = Browser(link, sessions)
-    routes = [
-        *signin.routes(browser),
-        *pages.routes(browser),
-        *agent_pages.routes(browser),
-        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
-    ]
-
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        yield
-        await link.close()
-
-    # The agent's menu links to facts once the worker has them and a page shows them.
-    served = {getattr(r, "path", None) for r in routes}
-    facts = "memory::fact::query" in BY_TRIGGER and "/facts" in served
-    browser.templates.globals["facts"] = facts
-    app = Starlette(routes=routes, lifespan=lifespan)
-
-    async def headed(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await app(scope, receive, send)
-        else:
-            await secured(app, scope, receive, send)
-
-    return headed
 
 
 def connector(config: Config, url_: str, timeout: float, inbox_prefix: str | None) -> Link:
