@@ -4,7 +4,8 @@ began (past and retracted ones too); and retracting a fact after a confirmation 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from msgspec import UNSET
 from starlette.responses import RedirectResponse, Response
@@ -13,7 +14,8 @@ from starlette.routing import Route
 from handlers.facts.keys import compared
 from schema.errors import InvalidRequest, NotFound
 from schema.facts import Fact, FactQueryRequest, FactRetractRequest
-from worker.ui.formats import millis_of_day
+from worker.ui.drawing import SPAN_ROW, Span, spans
+from worker.ui.formats import day_of, millis_of_day
 from worker.ui.pages import request_of
 from worker.ui.server import Browser, Page, route, url
 
@@ -28,18 +30,26 @@ class Timeline:
     subject: str
     predicate: str
     facts: list[Fact]
+    spans: list[Span] = field(default_factory=list)  # drawn: drawing.spans
+    first: str = ""
+    height: int = 0
 
 
-def timelines(facts: list[Fact]) -> list[Timeline]:
+def timelines(facts: list[Fact], now: int) -> list[Timeline]:
     """Facts (ordered by subject, predicate, validFrom, as the query returns them) grouped by
-    their subject's compared form and predicate, each group in validFrom order."""
+    their subject's compared form and predicate, each group in validFrom order and drawn."""
     groups: dict[tuple[str, str], list[Fact]] = {}
     for fact in facts:
         groups.setdefault((compared(fact.subject), fact.predicate), []).append(fact)
-    return [
-        Timeline(members[0].subject, predicate, sorted(members, key=lambda f: f.valid_from))
-        for (_, predicate), members in groups.items()
-    ]
+    lines = []
+    for (_, predicate), members in groups.items():
+        ordered = sorted(members, key=lambda f: f.valid_from)
+        first = day_of(ordered[0].valid_from)
+        height = SPAN_ROW * len(ordered) + 16
+        lines.append(
+            Timeline(members[0].subject, predicate, ordered, spans(ordered, now), first, height)
+        )
+    return lines
 
 
 def as_of(page: Page) -> int | None:
@@ -75,7 +85,7 @@ async def facts(page: Page) -> Response:
         "facts.html",
         agent=page.agent,
         facts=held,
-        timelines=timelines(history),
+        timelines=timelines(history, int(time.time() * 1000)),
         more=len(held) >= SHOWN or len(history) >= SHOWN,
         limit=SHOWN,
         values={"asof": page.param("asof").strip(), "subject": subject},
