@@ -5,7 +5,7 @@ began (past and retracted ones too); and retracting a fact after a confirmation 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from msgspec import UNSET
 from starlette.responses import RedirectResponse, Response
@@ -25,14 +25,15 @@ DAY_MS = 86_400_000
 
 @dataclass(frozen=True)
 class Timeline:
-    """One subject and predicate's values, in the order they began."""
+    """One subject and predicate's values in the order they began, and their picture: a bar
+    each (drawing.spans) from the day the first began (`first`) to now, `height` tall."""
 
     subject: str
     predicate: str
     facts: list[Fact]
-    spans: list[Span] = field(default_factory=list)  # drawn: drawing.spans
-    first: str = ""
-    height: int = 0
+    spans: list[Span]
+    first: str
+    height: int
 
 
 def timelines(facts: list[Fact], now: int) -> list[Timeline]:
