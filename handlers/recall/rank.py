@@ -36,6 +36,7 @@ class RankOptions(TypedDict, total=False):
     excluded: set[str] | frozenset[str]
     vector_index: VectorIndex
     terms: Terms
+    by_id: bool
 
 
 def rank(
@@ -55,6 +56,7 @@ def rank_rows(
     excluded: set[str] | frozenset[str] = frozenset(),
     vector_index: VectorIndex = EXACT,
     terms: Terms | None = None,
+    by_id: bool = True,
 ) -> Ranked:
     """The exact top `limit` as (slot, score): score, then newer timestamp, then ascending id,
     over the memories that pass the filters (all on the columns); `excluded` holds the ids left
@@ -63,7 +65,9 @@ def rank_rows(
 
     Without a usable query vector a large agent is ranked by topk.py, which scores
     only the memories that can still win; `rank_all` scores every one (and is its reference).
-    `terms`: the query's `keyword_weights`, when the caller has them (they are found once)."""
+    `terms`: the query's `keyword_weights`, when the caller has them (they are found once).
+    Without `by_id`, memories equal on score and timestamp may come in any order but by id
+    (order.py `top_of`): the same memories, for a caller that orders them itself."""
     rows = columns.rows
     bounds = columns.bounds
     if terms is None:
@@ -88,6 +92,7 @@ def rank_rows(
             excluded=excluded,
             vector_index=vector_index,
             terms=terms,
+            by_id=by_id,
         )
     found = rank_without_vector(
         columns,
@@ -96,6 +101,7 @@ def rank_rows(
         terms=terms,
         excluded=excluded_slots(columns, excluded),
         bounds=bounds,
+        by_id=by_id,
     )
     if found is not None:
         return found
@@ -107,6 +113,7 @@ def rank_rows(
         keyword_mode=keyword_mode,
         excluded=excluded,
         terms=terms,
+        by_id=by_id,
     )
 
 
@@ -120,6 +127,7 @@ def rank_all(
     excluded: set[str] | frozenset[str] = frozenset(),
     vector_index: VectorIndex = EXACT,
     terms: Terms | None = None,
+    by_id: bool = True,
 ) -> Ranked:
     """`rank` by scoring every memory of the agent that passes the filters (with the codes, of
     a shortlist of them)."""
@@ -139,7 +147,7 @@ def rank_all(
             columns, terms, eligible, now=now, query_vector=query_vector,
             candidates=vector_index.candidates, keyword_weight=vector_index.keyword_weight,
         )  # fmt: skip
-        return top_of(columns, candidates, score, req)
+        return top_of(columns, candidates, score, req, by_id=by_id)
     candidates = np.flatnonzero(eligible)
     if len(candidates) == 0:
         return []
@@ -151,4 +159,4 @@ def rank_all(
         keyword_mode=keyword_mode,
         terms=terms,
     )[candidates]
-    return top_of(columns, candidates, score, req)
+    return top_of(columns, candidates, score, req, by_id=by_id)

@@ -50,10 +50,11 @@ def rank_without_vector(
     bounds: BlockBounds,
     essential_share: float = ESSENTIAL_SHARE,
     full_scan_share: float = FULL_SCAN_SHARE,
+    by_id: bool = True,
 ) -> Ranked | None:
     """`rank.rank`'s answer without a query vector (`terms`: the query's keyword weights,
     `excluded`: the slots left out), or None when the bounds leave so many memories in play
-    that `rank.rank_all` is faster."""
+    that `rank.rank_all` is faster. `by_id`: as `rank.rank_rows`'s."""
     if columns.rows == 0:
         return []
     session_code = None
@@ -69,7 +70,7 @@ def rank_without_vector(
         essential = ranking.essential(essential_share, bounds)
         if not ranking.blocks(bounds, essential, full_scan_share):
             return None
-    return top_of(columns, ranking.top.rows, ranking.top.scores, req)
+    return top_of(columns, ranking.top.rows, ranking.top.scores, req, by_id=by_id)
 
 
 class Ranking:
