@@ -29,7 +29,7 @@ from msgspec import UNSET
 from handlers.recall.columns import Columns
 from handlers.recall.keywords import Terms, keyword_weights
 from handlers.recall.order import Ranked, first_by_id, ids_of
-from handlers.recall.rank import RankOptions, rank_rows
+from handlers.recall.rank import RankOptions, rank_pool
 from handlers.recall.slots import member
 from handlers.recall.vector_index import EXACT
 from handlers.text import query_keywords
@@ -105,11 +105,9 @@ def expanded_rows(
     index = options.get("vector_index", EXACT)
     options["vector_index"] = dataclasses.replace(index, keyword_weight=expansion.shortlist_keyword)
     options["by_id"] = False  # the pool's ties are ordered below, by id only where it matters
-    found = rank_rows(columns, wide, **options)
-    if not found:
+    slots, formula = rank_pool(columns, wide, **options)
+    if len(slots) == 0:
         return []
-    slots = np.fromiter((slot for slot, _ in found), dtype=np.int64, count=len(found))
-    formula = np.fromiter((value for _, value in found), dtype=np.float64, count=len(found))
     score = formula
     if expansion.keyword != FORMULA_KEYWORD_WEIGHT:
         score = formula + (expansion.keyword - FORMULA_KEYWORD_WEIGHT) * keyword_share(terms, slots)

@@ -4,7 +4,7 @@ far while a ranking reads rows a batch at a time. A ranking is (slot, score), be
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +18,20 @@ from schema.memory import RecallRequest
 Ranked = list[tuple[int, float]]
 
 
+class Pool(NamedTuple):
+    """A ranking as two arrays, for a caller that goes on computing on them (expand.py): no
+    Python pair per memory of a pool of hundreds."""
+
+    slots: npt.NDArray[np.int64]
+    scores: npt.NDArray[np.float64]
+
+    def ranked(self) -> Ranked:
+        return list(zip(self.slots.tolist(), self.scores.tolist(), strict=True))
+
+
+EMPTY = Pool(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
+
+
 def top_of(
     columns: Columns,
     candidates: npt.NDArray[np.int64],
@@ -26,6 +40,18 @@ def top_of(
     *,
     by_id: bool = True,
 ) -> Ranked:
+    """`top_pool` as a ranking."""
+    return top_pool(columns, candidates, score, req, by_id=by_id).ranked()
+
+
+def top_pool(
+    columns: Columns,
+    candidates: npt.NDArray[np.int64],
+    score: npt.NDArray[np.float64],
+    req: RecallRequest,
+    *,
+    by_id: bool = True,
+) -> Pool:
     """The first `limit` of the candidates (slots) by score, newer timestamp, then ascending
     id, without those below `minScore`. Without `by_id` the memories equal on score and
     timestamp are left in the candidates' order, except those at the cut, which are taken by
@@ -42,9 +68,11 @@ def top_of(
         columns, candidates[order], (score[order], timestamp[order]), req.limit, every=by_id
     )
     chosen = order[places]
-    floor = -1.0 if req.min_score is UNSET else req.min_score
-    kept = zip(candidates[chosen].tolist(), score[chosen].tolist(), strict=True)
-    return [(slot, value) for slot, value in kept if value >= floor]
+    slots, values = candidates[chosen].astype(np.int64, copy=False), score[chosen]
+    above = values >= (-1.0 if req.min_score is UNSET else req.min_score)
+    if not above.all():
+        slots, values = slots[above], values[above]
+    return Pool(slots, values)
 
 
 def first_by_id(
