@@ -196,3 +196,45 @@ def test_bench_fairness_measures_another_tenants_recall_and_store_quiet_and_floo
         assert results[phase]["rounds"] > 0 and results[phase]["timeouts"] == 0
         assert 0 < results[phase]["recall"]["p50_ms"] <= results[phase]["recall"]["p99_ms"]
         assert results[phase]["store"]["p50_ms"] > 0
+
+
+def test_bench_facts_extraction_prints_precision_recall_cost_and_locomo_facts(
+    tmp_path: Path,
+) -> None:
+    """--facts-extraction scores the facts test set (precision and recall at the issue's bar,
+    60 sentences of each kind of non-fact, none wrong) and its CPU per text; with --locomo it
+    counts the facts in the file's turns by predicate and writes them, with their sentences,
+    for checking by hand; as JSON and as a table."""
+    sample = json.loads(json.dumps(TINY_LOCOMO[0]))
+    sample["conversation"]["session_1"] += [
+        {"speaker": "Ann", "dia_id": "D1:4", "text": "Big news! I moved to Denver last year."},
+        {"speaker": "Bob", "dia_id": "D1:5", "text": "My sister lives in Rome."},
+        {"speaker": "Bob", "dia_id": "D1:6", "text": "I love hiking, do you?"},
+        {"speaker": "Ann", "dia_id": "D1:7", "text": "Do you like jazz? If I like it, I'll go."},
+    ]
+    locomo = tmp_path / "tiny.json"
+    locomo.write_text(json.dumps([sample]), encoding="utf-8")
+    samples = tmp_path / "samples.txt"
+    command = [sys.executable, "-m", "worker", "bench", "--facts-extraction", "--locomo",
+               str(locomo), "--facts-samples", str(samples)]  # fmt: skip
+    done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["sentences"] >= 200
+    assert results["precision"] >= 0.95 and results["recall"] >= 0.90
+    for kind in ("question", "conditional", "wish", "someone_else"):
+        assert results["by_kind"][kind] >= 60 and results["wrong_by_kind"][kind] == 0
+    assert 0 < results["per_text"]["p50_us"] <= results["per_text"]["p99_us"]
+    found = results["locomo"]
+    assert found["turns"] == 7 and found["turns_with_a_fact"] == 2 and found["facts"] == 2
+    assert found["by_predicate"] == {"lives_in": 1, "likes": 1}
+    assert found["per_turn"]["p50_us"] > 0 and found["sanitize_per_turn"]["p50_us"] > 0
+    written = samples.read_text(encoding="utf-8")
+    assert "lives_in = 'Denver'" in written and "Ann: Big news! I moved to Denver" not in written
+    assert "D1:4 Ann: I moved to Denver last year." in written
+    assert "likes = 'hiking'" in written
+    table = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr
+    assert "precision / recall  " in table.stdout
+    assert "LoCoMo turns / with a fact / facts  7 / 2 / 2" in table.stdout
+    assert f"2 facts to check by hand  {samples}" in table.stdout

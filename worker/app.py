@@ -1,6 +1,7 @@
-"""Start in order: telemetry, embedded NATS server, the NATS connection, database, writer,
-index, embedder, backfill, service, ingest, metrics, scheduler; stop in the reverse order (an
-exit stack), except that the connection is drained before the writer stops.
+"""Start in order: telemetry, embedded NATS server, the NATS connection, the storage unit
+(database, index, writer: worker/storage.py), embedder, backfill, service, ingest, metrics,
+scheduler; stop in the reverse order (an exit stack), except that the connection is drained
+before the writer stops.
 
 The connection comes before the database so that a worker that cannot reach NATS creates
 nothing (no file, no folder) before it gives up (worker/reachability.py).
@@ -16,53 +17,37 @@ import contextlib
 import inspect
 import signal
 import sys
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import apsw
 import structlog
 
-from handlers.recall.vector_index import keeps_codes
 from scheduler.jobs import Schedule, default_jobs
 from scheduler.runner import Scheduler
 from worker.bus import MemoryService
 from worker.config import Config
 from worker.connection import connect
-from worker.db import DatabaseUnusable, migrate, open_db, quick_check, unusable
 from worker.dispatch import Dispatcher
 from worker.embedded import EmbeddedServer
 from worker.embedders.configured import make_embedder
-from worker.embedders.hashing import HashingModel
 from worker.ingest import Ingest
 from worker.metrics import MetricsServer
-from worker.readers import Readers
-from worker.recall_index.backfill import Backfill
-from worker.recall_index.index import MemoryIndex
 from worker.recalls_first import RecallsFirst
 from worker.redact import redact
 from worker.registry import ROUTES
 from worker.route import Route
-from worker.services import Services, wall_clock_ms
+from worker.services import Services
+from worker.shards.app import ShardApp
+from worker.storage import DRAIN_SECONDS, Shared, Storage
 from worker.telemetry import JobRecord, Telemetry
 from worker.tenancy import load_grants
 from worker.writer import Writer
 
-if TYPE_CHECKING:
-    from worker.shards.app import ShardApp
-
 log = structlog.get_logger()
-DRAIN_SECONDS = 8.0
 SWITCH_INTERVAL_S = 0.0005
-
-
-def index_dir(db_path: Path, config: Config) -> Path | None:
-    """Where the recall index persists its agents (worker/recall_index/persist.py): beside the
-    database, `<file>.index/`; None when switched off."""
-    return Path(f"{db_path}.index") if config.index_persist else None
 
 
 class App:
@@ -90,12 +75,19 @@ class App:
             next_fires=self.schedule.next_fires,
             jobs={job.name: JobRecord(cron=job.expression) for job in self.schedule.jobs},
         )
-        self._conn: apsw.Connection | None = None
-        self._writer: Writer | None = None
-        self._readers: Readers | None = None
+        self.storage: Storage | None = None
         self.connection_lost = asyncio.Event()
         self.lost_reason = ""
         self._started = False
+
+    @property
+    def _writer(self) -> Writer | None:
+        return None if self.storage is None else self.storage.writer
+
+    @property
+    def _conn(self) -> apsw.Connection | None:
+        """The writer's connection to the file (None before it is opened)."""
+        return None if self.storage is None else self.storage.conn
 
     def _nats_closed(self, reason: str) -> None:
         self.lost_reason = reason
@@ -132,52 +124,23 @@ class App:
         self.nc = nc = await connect(self.nats_url, config, on_closed=self._nats_closed)
         # Closes it if the start fails before the drain below is pushed (skipped once drained).
         self._on_stop("nats", nc.close, needs_nats=True)
-        self._readers = readers = Readers(db_path)
-        self._on_stop("database", self._close_database)
-        index = MemoryIndex(
-            readers,
-            config.index_memory_mb * 1024 * 1024,
-            wall_clock_ms,
-            cache_dir=index_dir(db_path, config),
-            codes=keeps_codes(config.vector_index, config.recall),
-        )
-        try:
-            self._conn = conn = open_db(db_path, synchronous=config.synchronous)
-            await _quick_check(conn, db_path)
-            migrate(conn)
-            index.attach(conn)
-        except apsw.Error as error:
-            raise unusable(db_path, error) from None
-        recalls_first = RecallsFirst(config.recalls_first_ms)
-        self._writer = writer = Writer(
-            conn, after_commit=index.after_commit, before_batch=recalls_first.wait_in_thread
-        )
-        writer.start()
-        # After the writer stops, before the file closes: the snapshots worth writing.
-        self._on_stop("index", index.close)
-        self._on_stop("writer", writer.stop)
-        # After the NATS connection is drained: the access counts of recalls already answered,
-        # on their way to the writer.
-        self._on_stop("background", self._wait_background)
-        self._on_stop("nats", nc.drain, needs_nats=True)
-        self.services = services = Services(
+        shared = Shared(
             config=config,
-            writer=writer,
-            readers=readers,
-            index=index,
-            embedder=make_embedder(config, nc, recalls_first),
-            nc=nc,
-            keyword_mode=config.keyword,
+            gate=RecallsFirst(config.recalls_first_ms),
             telemetry=telemetry,
             grants=load_grants(config),
-            recalls_first=recalls_first,
+            nc=nc,
         )
-        embedder = services.embedder
-        self._on_stop("embedder", embedder.close)
-        fell_back = config.builtin_model != "hash" and embedder.name == HashingModel.name
-        services.backfill = backfill = Backfill(embedder, readers, writer, replace=not fell_back)
-        backfill.start()
-        self._on_stop("backfill", backfill.close)
+        self.storage = storage = Storage(db_path, shared, synchronous=config.synchronous)
+        # Its stops run after the NATS connection is drained (below): the access counts of
+        # recalls already answered, the writer, the index's snapshots, the readers, the file.
+        self._on_stop("storage", storage.close)
+        await storage.open()
+        self._on_stop("nats", nc.drain, needs_nats=True)
+        self.services = services = storage.serve(make_embedder(config, nc, shared.gate))
+        self._on_stop("embedder", services.embedder.close)
+        storage.start_backfill()
+        self._on_stop("backfill", storage.stop_backfill)
         self.dispatcher = Dispatcher(services, self.routes, telemetry)
         self.service = service = MemoryService(nc, self.dispatcher, config.subject_prefix)
         # Stopping takes no more requests, then waits for those in flight (up to DRAIN_SECONDS).
@@ -187,20 +150,20 @@ class App:
             await self._start_ingest()
         if config.metrics_port:
             self.metrics = metrics = MetricsServer(
-                telemetry, readers, config.metrics_host, config.metrics_port
+                telemetry, services.readers, config.metrics_host, config.metrics_port
             )
             await metrics.start()
             self._on_stop("metrics", metrics.stop)
         self.scheduler = Scheduler(
             list(self.schedule.jobs),
             tz=self.schedule.tz,
-            writer=writer,
+            writer=services.writer,
             fire=self._fire,
             clock=services.clock,
             records=telemetry.jobs,
         )
         self._tasks.append(asyncio.create_task(self.scheduler.run()))
-        self._tasks.append(asyncio.create_task(self._watch_other_writers()))
+        self._tasks.append(asyncio.create_task(storage.watch_other_writers()))
         self._on_stop("tasks", self._cancel_tasks)
         self._started = True
         log.info(
@@ -245,25 +208,6 @@ class App:
         assert self.dispatcher is not None
         return await self.dispatcher.handle(trigger, request, source="schedule")
 
-    async def _watch_other_writers(self) -> None:
-        """An empty commit each second, so that the index notices another process's write
-        (`MemoryIndex.after_commit`) even when this worker writes nothing."""
-        assert self.services is not None
-        while True:
-            await asyncio.sleep(1.0)
-            await self.services.writer.run(lambda conn: None, durable=False)
-
-    def _close_database(self) -> None:
-        """The readers' connections, then the writer's."""
-        if self._readers is not None:
-            self._readers.close()
-        if self._conn is not None:
-            self._conn.close()
-
-    async def _wait_background(self) -> None:
-        if self.services is not None and self.services.background:
-            await asyncio.wait(set(self.services.background), timeout=DRAIN_SECONDS)
-
     async def _cancel_tasks(self) -> None:
         for task in self._tasks:
             task.cancel()
@@ -281,37 +225,13 @@ class App:
             log.info("worker.stopped")
 
 
-async def _quick_check(conn: apsw.Connection, path: Path) -> None:
-    """Refuse a damaged file before serving from it. The check reads the whole file (measured
-    in the README); it runs on a thread, and a signal meanwhile interrupts it."""
-    started = time.perf_counter()
-    cancelled = threading.Event()
-    checking = asyncio.get_running_loop().run_in_executor(None, quick_check, conn, path, cancelled)
-    try:
-        await asyncio.shield(checking)
-    except asyncio.CancelledError:
-        cancelled.set()
-        conn.interrupt()
-        with contextlib.suppress(apsw.InterruptError, DatabaseUnusable):
-            await checking
-        raise
-    duration_ms = round((time.perf_counter() - started) * 1000, 1)
-    log.info("database.checked", check="quick_check", duration_ms=duration_ms)
-
-
 async def run(config: Config) -> None:
     """The daemon: run until SIGTERM or SIGINT, then shut down cleanly."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    app: App | ShardApp
-    if config.mode == "sharded":
-        from worker.shards.app import ShardApp
-
-        app = ShardApp(config)
-    else:
-        app = App(config)
+    app: App | ShardApp = ShardApp(config) if config.mode == "sharded" else App(config)
     stopped = asyncio.create_task(stop.wait())
     try:
         # Start-up waits for a NATS server that is not up yet (up to the reconnect budget); a

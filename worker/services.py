@@ -25,7 +25,8 @@ def wall_clock_ms() -> int:
 
 class Context(Protocol):
     """What dispatch and the maintenance report read beside a trigger's execution: Services
-    in single mode, a shard's front (worker/shards/app.py) in sharded mode."""
+    in single mode, what a shard's partitions share (worker/storage.py `Shared`) in sharded
+    mode."""
 
     @property
     def config(self) -> Config: ...

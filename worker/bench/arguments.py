@@ -78,6 +78,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only consolidate's mergeThreshold: merges on a LoCoMo-format file (as --locomo)",
     )  # fmt: skip
     parser.add_argument(
+        "--facts-extraction",
+        action="store_true",
+        help="only fact extraction: precision and recall over the test set, CPU per text; "
+        "with --locomo, the facts found in that file's turns and 50 of them to check by hand",
+    )
+    parser.add_argument("--facts-set", metavar="PATH", help="with --facts-extraction: a test set")
+    parser.add_argument(
+        "--facts-samples",
+        metavar="PATH",
+        help="with --facts-extraction --locomo: where the 50 facts to check go "
+        "(default /tmp/facts-locomo-samples.txt)",
+    )
+    parser.add_argument(
         "--sanitize-kib", type=int, default=512, help="size of each adversarial input, KiB"
     )
     parser.add_argument("--nats-url", help="bench the worker serving on this server instead")

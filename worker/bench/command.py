@@ -26,6 +26,7 @@ from worker.bench import index_memory
 from worker.bench.client import BenchClient, percentiles
 from worker.bench.corpus import Corpus
 from worker.bench.evict import measure_eviction
+from worker.bench.facts import run_facts
 from worker.bench.fairness import fairness_rows, run_fairness
 from worker.bench.filtered import measure_filtered
 from worker.bench.floor import measure_floor
@@ -304,6 +305,8 @@ async def run_scale(args: argparse.Namespace) -> list[dict[str, Any]]:
 def main(args: argparse.Namespace) -> int:
     if args.sanitize:
         return run_sanitize(args)
+    if args.facts_extraction:
+        return run_facts(args)
     if args.merge is not None:
         return run_merge(args)
     if args.sharded:

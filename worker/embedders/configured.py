@@ -41,3 +41,11 @@ def builtin_model(name: str) -> LocalModel:
     except Exception as error:  # missing wheels, or a damaged model or tokenizer file
         log.error("embedder.builtin_unavailable", model=name, error=str(error), using="hash")
         return HashingModel()
+
+
+def replaces_vectors(config: Config, embedder: Embedder) -> bool:
+    """Whether the backfill may replace vectors of another model with this embedder's: not when
+    the configured model was unavailable and the hashing stand-in runs instead (its vectors
+    would overwrite the learned model's)."""
+    fell_back = config.builtin_model != "hash" and embedder.name == HashingModel.name
+    return not fell_back

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
@@ -29,16 +28,12 @@ from worker.config import Config
 from worker.connection import connect
 from worker.dispatch import Dispatcher
 from worker.embedders.configured import make_embedder
-from worker.embedders.hashing import HashingModel
 from worker.ingest import Ingest
 from worker.metrics import MetricsServer
 from worker.readers import Readers
-from worker.recall_index.backfill import Backfill
-from worker.recall_index.index import MemoryIndex
 from worker.recalls_first import RecallsFirst
 from worker.registry import ROUTES, all_writes
 from worker.route import Route
-from worker.services import Services, wall_clock_ms
 from worker.shards.cron import partition_scheduler
 from worker.shards.fanout import OwnedReads
 from worker.shards.lease import Leases, open_bucket, preference
@@ -46,23 +41,12 @@ from worker.shards.log import PartitionLog, ShardSetupError
 from worker.shards.node import PartitionNode
 from worker.shards.router import Router, by_verb, serve_partition
 from worker.shards.snapshot import Snapshots, open_store, snapshot_forever
+from worker.storage import DRAIN_SECONDS, Shared
 from worker.telemetry import Telemetry
-from worker.tenancy import Grants, load_grants
-from worker.writer import Writer
+from worker.tenancy import load_grants
 from worker.writes import Replayer
 
 log = structlog.get_logger()
-DRAIN_SECONDS = 8.0
-
-
-@dataclass
-class Front:
-    """What dispatch reads on a shard, beside the partitions it routes to."""
-
-    config: Config
-    grants: Grants
-    telemetry: Telemetry = field(default_factory=Telemetry)
-    clock: Any = wall_clock_ms
 
 
 T = TypeVar("T")
@@ -107,8 +91,7 @@ class ShardApp:
         self.snapshots: Snapshots | None = None
         self._snapshotter: asyncio.Task[None] | None = None
         self._embedder: Any = None
-        # One gate for the shard: its budget is of the shard's seconds, whatever the partitions.
-        self._recalls_first = RecallsFirst(config.recalls_first_ms)
+        self.shared: Shared | None = None
         self._replayer = Replayer(all_writes(routes))
         self._by_verb = by_verb(routes)
         self._serving: set[asyncio.Task[None]] = set()
@@ -149,8 +132,15 @@ class ShardApp:
         self.leases = Leases(kv, self.name, config.lease_ttl)
         store = await _patiently(lambda: open_store(js, config.replicas))
         self.snapshots = Snapshots(js, store, config.partitions)
-        self._embedder = make_embedder(config, nc, self._recalls_first)
-        front = Front(config, load_grants(config), self.telemetry)
+        # What every partition's storage is handed, and what dispatch reads beside them. One
+        # recall gate for the process, its budget of the shard's seconds: a recall on any
+        # partition holds back every partition's writer, as it holds back single mode's
+        # (worker/recalls_first.py).
+        self.shared = shared = Shared(
+            config=config, gate=RecallsFirst(config.recalls_first_ms), telemetry=self.telemetry,
+            grants=load_grants(config), nc=nc,
+        )  # fmt: skip
+        self._embedder = make_embedder(config, nc, shared.gate)
         router = Router(
             nc,
             config.partitions,
@@ -159,7 +149,7 @@ class ShardApp:
             wait_for_owner=2 * config.lease_ttl,
         )
         self.dispatcher = dispatcher = Dispatcher(
-            front, self.routes, self.telemetry, executor=router
+            shared, self.routes, self.telemetry, executor=router
         )
         self._service = MemoryService(nc, dispatcher, "")
         await self._service.start(self.routes, self.telemetry.health.metadata)
@@ -179,19 +169,6 @@ class ShardApp:
             snapshot_forever(self.snapshots, owned, config.snapshot_interval)
         )
         log.info("shard.started", shard=self.name, partitions=config.partitions)
-
-    def _services(self, writer: Writer, readers: Readers, index: MemoryIndex) -> Services:
-        return Services(
-            config=self.config,
-            writer=writer,
-            readers=readers,
-            index=index,
-            embedder=self._embedder,
-            nc=self.nc,
-            keyword_mode=self.config.keyword,
-            telemetry=self.telemetry,
-            recalls_first=self._recalls_first,
-        )
 
     async def _balance_forever(self) -> None:
         while True:
@@ -240,10 +217,11 @@ class ShardApp:
         node = self.nodes.get(partition)
         if node is None:
             assert self.plog is not None and self.snapshots is not None
+            assert self.shared is not None
             node = PartitionNode(
                 partition,
-                self.config,
-                self._services,
+                self.shared,
+                self._embedder,
                 self.plog,
                 self._replayer,
                 lease_fresh=lambda: self._lease_fresh(partition),
@@ -269,7 +247,9 @@ class ShardApp:
         await node.stop_following()
         replayed = await node.catch_up()
         node.owner = True
-        self._start_backfill(node)
+        # The owner gives vectors to memories stored without one (logged like any write).
+        assert node.storage is not None
+        node.storage.start_backfill()
 
         async def accept(msg: Any) -> None:
             task = asyncio.create_task(
@@ -301,16 +281,6 @@ class ShardApp:
             self.leases.held.pop(partition, None)
         return stepping_down
 
-    def _start_backfill(self, node: PartitionNode) -> None:
-        """The owner gives vectors to memories stored without one (logged like any write)."""
-        assert node.services is not None
-        fell_back = self.config.builtin_model != "hash" and self._embedder.name == HashingModel.name
-        backfill = Backfill(
-            self._embedder, node.services.readers, node.services.writer, replace=not fell_back
-        )
-        node.services.backfill = backfill
-        backfill.start()
-
     async def _demote(self, partition: int, why: str) -> None:
         cron = self._crons.pop(partition, None)
         if cron is not None:
@@ -323,9 +293,8 @@ class ShardApp:
             # discarded it and its caller waited out the 30 s forward timeout.
             with contextlib.suppress(Exception):
                 await subscription.drain()
-        if node is not None and node.services is not None and node.services.backfill:
-            await node.services.backfill.close()
-            node.services.backfill = None
+        if node is not None and node.storage is not None:
+            await node.storage.stop_backfill()
         if node is not None and node.owner:
             node.owner = False
             log.info("shard.steps_down", shard=self.name, partition=partition, why=why)
@@ -339,9 +308,7 @@ class ShardApp:
     async def stop(self) -> None:
         for task in (self._balancer, self._snapshotter):
             if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancelled(task)
         if self._metrics is not None:
             await self._metrics.stop()
         if self._ingest is not None:
@@ -363,3 +330,15 @@ class ShardApp:
         if self.nc is not None and not self.nc.is_closed:
             await self.nc.drain()
         log.info("shard.stopped", shard=self.name)
+
+
+async def cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel the task and wait for its end. A cancellation can be lost on its way (nats-py
+    swallows CancelledError in a flush; Python 3.11's wait_for returns a result that arrived
+    with the cancellation), which left a shard's stop waiting forever on its balancer: so the
+    task is cancelled again until it ends."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.5)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

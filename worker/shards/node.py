@@ -1,5 +1,6 @@
-"""One partition on this shard: its own SQLite file, writer, readers and recall index, kept in
-step with the partition's log.
+"""One partition on this shard: its own storage unit (worker/storage.py: its SQLite file,
+writer, readers and recall index, opened like single mode's), kept in step with the partition's
+log.
 
 As owner, a partition's writer runs each write's decide and apply steps as in single mode, and
 before the batch commits appends the batch's decisions to the log (expected sequence: the last
@@ -23,14 +24,10 @@ import apsw
 import msgspec
 import structlog
 
-from handlers.recall.vector_index import keeps_codes
-from worker.config import Config
-from worker.db import migrate, open_db
-from worker.readers import Readers
-from worker.recall_index.index import MemoryIndex
-from worker.services import Services, wall_clock_ms
+from worker.embedders import Embedder
+from worker.services import Services
 from worker.shards.log import PartitionLog
-from worker.writer import Writer
+from worker.storage import Shared, Storage
 from worker.writes import LogEntry, Logged, Replayer
 
 log = structlog.get_logger()
@@ -66,53 +63,61 @@ class PartitionNode:
     def __init__(
         self,
         partition: int,
-        config: Config,
-        build: Callable[[Writer, Readers, MemoryIndex], Services],
+        shared: Shared,
+        embedder: Embedder,
         plog: PartitionLog,
         replayer: Replayer,
         lease_fresh: Callable[[], bool] = lambda: True,
         restore: Restore | None = None,
     ) -> None:
-        """`build` makes the services a flow is handed from this partition's writer, readers
-        and index, and what the shard shares (embedder, NATS, telemetry). `lease_fresh` says
-        whether this shard's lease on the partition was renewed within a TTL by its own clock:
-        a shard that was paused longer than that writes nothing before it has looked again.
-        `restore` fetches a snapshot (worker/shards/snapshot.py) when the file is missing or
-        the log no longer reaches back to it."""
+        """`shared` and `embedder` are the shard's, the same for each of its partitions (the
+        recall gate above all). `lease_fresh` says whether this shard's lease on the partition
+        was renewed within a TTL by its own clock: a shard that was paused longer than that
+        writes nothing before it has looked again. `restore` fetches a snapshot
+        (worker/shards/snapshot.py) when the file is missing or the log no longer reaches back
+        to it."""
         self.partition = partition
         self.lease_fresh = lease_fresh
         self.restore = restore
-        self.config = config
+        self.shared = shared
+        self.embedder = embedder
+        self.config = shared.config
         self.plog = plog
         self.replayer = replayer
         self.loop = asyncio.get_running_loop()
-        self.path = Path(config.data_dir) / f"p{partition:04d}.db"
+        self.path = Path(self.config.data_dir) / f"p{partition:04d}.db"
         self.owner = False
         self.applied = 0
-        self._build = build
-        self._conn: apsw.Connection | None = None
+        self.storage: Storage | None = None
         self._follower: asyncio.Task[None] | None = None
-        self.services: Services | None = None
+
+    @property
+    def services(self) -> Services | None:
+        """What a flow is handed on this partition; None while its file is closed."""
+        return None if self.storage is None else self.storage.services
 
     async def open(self) -> None:
-        config = self.config
         if self.restore is not None and not self.path.exists():
             # Only a log that was trimmed, or holds nothing yet (a cluster started from
             # shard-split's snapshots), needs the bucket: a whole log is replayed from 1.
             first, last = await self.plog.bounds(self.partition)
             if last == 0 or first > 1:
                 await self.restore(self.partition, self.path)
-        readers = Readers(self.path)
-        index = MemoryIndex(
-            readers,
-            config.index_memory_mb * 1024 * 1024,
-            wall_clock_ms,
-            cache_dir=Path(f"{self.path}.index") if config.index_persist else None,
-            codes=keeps_codes(config.vector_index, config.recall),
+        storage = Storage(
+            self.path,
+            self.shared,
+            # The log is the durable copy: the file need not sync every commit.
+            synchronous="normal",
+            writer_name=f"memory-writer-p{self.partition}",
+            before_commit=self._append,
+            prepare=self._read_applied,
         )
-        # The log is the durable copy: the file need not sync every commit.
-        conn = self._conn = open_db(self.path, synchronous="normal")
-        migrate(conn)
+        await storage.open()
+        storage.serve(self.embedder)
+        self.storage = storage
+
+    def _read_applied(self, conn: apsw.Connection) -> None:
+        """After the migrations: the log sequence this file applied (0 for a new file)."""
         conn.execute(SHARD_LOG_SQL)
         conn.execute(
             "INSERT OR IGNORE INTO shard_log (partition, applied) VALUES (?, 0)", (self.partition,)
@@ -120,15 +125,6 @@ class PartitionNode:
         self.applied = int(
             conn.execute("SELECT applied FROM shard_log WHERE partition = ?", (self.partition,)).get
         )
-        index.attach(conn)
-        writer = Writer(
-            conn,
-            after_commit=index.after_commit,
-            before_commit=self._append,
-            name=f"memory-writer-p{self.partition}",
-        )
-        writer.start()
-        self.services = self._build(writer, readers, index)
 
     def _append(self, conn: apsw.Connection, done: list[tuple[bool, Any]]) -> None:
         """On the writer thread, inside the batch's transaction: log its decisions first."""
@@ -256,14 +252,8 @@ class PartitionNode:
         await self._shut()
 
     async def _shut(self) -> None:
-        """Stop the writer and readers on a thread, never on the event loop: a writer job may
-        be waiting for the loop to append its batch to the log, and a join on the loop would
-        hold both until the append timed out."""
-        if self.services is not None:
-            services, self.services = self.services, None
-            await asyncio.to_thread(services.writer.stop)
-            await asyncio.to_thread(services.index.close)
-            await asyncio.to_thread(services.readers.close)
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            conn.close()
+        """Close the partition's storage (its blocking steps on a thread, worker/storage.py:
+        a writer job may be waiting for the loop to append its batch to the log)."""
+        if self.storage is not None:
+            storage, self.storage = self.storage, None
+            await storage.close()
