@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Set as AbstractSet
 from typing import Literal, NamedTuple
 
-from handlers.sanitize_rules import FLAGGING, REDACTING, Rule
+from handlers.sanitize_rules import FLAGGING, REDACTING, Rule, folded, hints_in
 
 Mode = Literal["redact", "flag", "off"]
 MODES: tuple[Mode, ...] = ("redact", "flag", "off")
@@ -54,28 +55,60 @@ def _apply(rule: Rule, text: str, fired: Counter[str]) -> str:
 def redact(text: str) -> tuple[str, Counter[str]]:
     """The text with every redacting rule applied in table order, and how often each fired.
     Hints are looked for in the original text: a placeholder never completes a match."""
+    return _redacted(text, _possible(folded(text)))
+
+
+def _redacted(text: str, possible: AbstractSet[str]) -> tuple[str, Counter[str]]:
     fired: Counter[str] = Counter()
-    lowered = text.lower()
-    for rule in REDACTING:
-        if rule.may_match(lowered):
-            text = _apply(rule, text, fired)
+    if possible:
+        for rule in REDACTING:
+            if rule.name in possible:
+                text = _apply(rule, text, fired)
     return text, fired
 
 
 def injection_rules(text: str) -> list[str]:
-    lowered = text.lower()
-    return [r.name for r in FLAGGING if r.may_match(lowered) and r.pattern.search(text)]
+    return _injected(text, _possible(folded(text)))
+
+
+def _injected(text: str, possible: AbstractSet[str]) -> list[str]:
+    if not possible:
+        return []
+    return [rule.name for rule in FLAGGING if rule.name in possible and rule.pattern.search(text)]
+
+
+RULES = (*REDACTING, *FLAGGING)
+# Every rule's hints, looked for once per text, and the rules each one lets through; rules
+# without hints always run. A placeholder's type by rule name.
+HINTS = frozenset(hint for rule in RULES for hint in rule.hints)
+_BY_HINT = {hint: tuple(rule.name for rule in RULES if hint in rule.hints) for hint in HINTS}
+_ALWAYS = tuple(rule.name for rule in RULES if not rule.hints)
+_ALSO = {rule.name: rule.also for rule in RULES}
+KIND_OF = {rule.name: rule.kind for rule in REDACTING}
+
+
+def _possible(lowered: str) -> set[str]:
+    """The names of the rules that may match the (folded) text: Rule.may_match for all of
+    them, with each hint looked for once."""
+    found = {name for hint in hints_in(lowered, HINTS) for name in _BY_HINT[hint]}
+    return {
+        name
+        for name in (*found, *_ALWAYS)
+        if not _ALSO[name] or any(word in lowered for word in _ALSO[name])
+    }
 
 
 def sanitize(text: str, mode: Mode) -> Sanitized:
     if mode == "off":
         return Sanitized(text, {}, [], ())
-    redacted, fired = redact(text)
-    kind_of = {rule.name: rule.kind for rule in REDACTING}
+    possible = _possible(folded(text))
+    redacted, fired = _redacted(text, possible)
+    injected = _injected(text, possible)
+    if not fired and not injected:  # most texts: nothing to say
+        return Sanitized(text, {}, [], ())
     counts: Counter[str] = Counter()
     for name, times in fired.items():
-        counts[kind_of[name]] += times
-    injected = injection_rules(text)
+        counts[KIND_OF[name]] += times
     flags = {"injection"} if injected else set()
     rules = tuple(sorted([*fired, *injected]))
     if mode == "flag":

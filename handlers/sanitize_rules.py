@@ -19,7 +19,7 @@ later rule can match inside one.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from handlers import sanitize_checks as checks
@@ -29,7 +29,9 @@ from handlers import sanitize_checks as checks
 class Rule:
     """`kind` is the placeholder's type word; when `group` is set only that group is replaced
     (the value of `password=...`, the token after `Bearer`), the rest of the match is kept.
-    `hints` are lowercase strings of which every match holds at least one."""
+    `hints` are lowercase strings of which every match holds at least one, and `also` more of
+    which every match holds one too (the `=` of `password=...`, the noun of "ignore previous
+    instructions")."""
 
     name: str
     kind: str
@@ -37,11 +39,32 @@ class Rule:
     valid: Callable[[re.Match[str]], bool] | None = None
     group: str | None = None
     hints: tuple[str, ...] = ()
+    also: tuple[str, ...] = ()
 
     def may_match(self, lowered: str) -> bool:
-        """False when none of the strings every match holds is in the (lowercased) text: most
-        texts skip most rules at the cost of a substring search."""
-        return not self.hints or any(hint in lowered for hint in self.hints)
+        """False when none of the strings every match holds is in the text (`folded`): most
+        texts skip most rules at the cost of a substring search (handlers/sanitize.py looks
+        for every rule's hints at once)."""
+        return (not self.hints or any(hint in lowered for hint in self.hints)) and (
+            not self.also or any(word in lowered for word in self.also)
+        )
+
+
+# What a case-blind pattern matches that `str.lower` does not bring to ASCII (re's own case
+# equivalences: the dotless i, the long s).
+_FOLD = str.maketrans({"\u0131": "i", "\u017f": "s"})
+
+
+def folded(text: str) -> str:
+    """The text as hints are looked for in it: lowercased, with the letters that a case-blind
+    pattern takes for `i` and `s` made those."""
+    lowered = text.lower()
+    return lowered if lowered.isascii() else lowered.translate(_FOLD)
+
+
+def hints_in(lowered: str, hints: Iterable[str]) -> set[str]:
+    """Which of the hints the (folded) text holds."""
+    return {hint for hint in hints if hint in lowered}
 
 
 DIGITS = tuple("0123456789")
@@ -93,7 +116,7 @@ REDACTING: tuple[Rule, ...] = (
             _NOT_INSIDE_TOKEN
             + r"(?:gh[opsur]_[A-Za-z0-9]{36,255}+|github_pat_[A-Za-z0-9_]{22,255}+)"
         ),
-        hints=("gh", "github_pat_"),
+        hints=("gho_", "ghp_", "ghs_", "ghu_", "ghr_", "github_pat_"),
     ),
     Rule(
         "secret.slack",
@@ -133,6 +156,7 @@ REDACTING: tuple[Rule, ...] = (
         checks.assigned,
         group="value",
         hints=("pass", "pwd", "secret", "token", "key"),
+        also=(":", "="),
     ),
     Rule(
         "iban",
@@ -213,6 +237,7 @@ FLAGGING: tuple[Rule, ...] = (
             r"|context)\b"
         ),
         hints=("ignore", "disregard", "forget", "override"),
+        also=("instruction", "prompt", "rules", "direction", "directive", "guidelines", "context"),
     ),
     Rule(
         "injection.reveal_prompt",
@@ -224,6 +249,7 @@ FLAGGING: tuple[Rule, ...] = (
             r"|(?:initial|original|hidden)\s{1,3}(?:prompt|instructions))\b"
         ),
         hints=("system", "prompt", "instruction"),
+        also=("reveal", "print", "show", "output", "repeat", "display", "leak", "dump", "tell"),
     ),
     Rule(
         "injection.role_header",

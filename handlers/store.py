@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import apsw
 import msgspec
@@ -83,6 +83,15 @@ def description_of(req: StoreRequest) -> Description:
     )
 
 
+class Placed(NamedTuple):
+    """Where a memory's content went: its id, whether the agent had the content already, and
+    whether that memory was forgotten and so is restored."""
+
+    id: str
+    deduplicated: bool
+    restored: bool
+
+
 def insert_memory(
     conn: apsw.Connection,
     *,
@@ -98,8 +107,9 @@ def insert_memory(
     append_to_session: bool = True,
     described: Description | None = None,
     memory_id: str | None = None,
-) -> tuple[str, bool]:
-    """Store one memory unless the agent has its content already; returns (id, deduplicated).
+) -> Placed:
+    """Store one memory unless the agent has its content already (one look-up by the content's
+    hash tells a new memory, a duplicate and a forgotten one that storing restores).
     A memory deduplicated keeps its own summary and taxonomy. `memory_id` is the id a new
     memory gets (a write's decision chose it), else a fresh one.
 
@@ -112,10 +122,12 @@ def insert_memory(
         "WHERE tenant = ? AND agent_id = ? AND hash = ?",
         (*agent, digest),
     ).fetchone()
+    restored = False
     if row is not None:
         memory_id, ref_role, ref_timestamp = str(row[0]), str(row[1]), int(row[2])
         deduplicated = True
-        if row[3] is not None:  # storing forgotten content again restores it (section 12)
+        restored = row[3] is not None
+        if restored:  # storing forgotten content again restores it (section 12)
             conn.execute("UPDATE memories SET forgotten_at = NULL WHERE id = ?", (memory_id,))
     else:
         memory_id, ref_role, ref_timestamp = memory_id or str(uuid.uuid4()), role, timestamp
@@ -151,19 +163,7 @@ def insert_memory(
         )
     if session_id is not None and append_to_session:
         append_message(conn, agent, session_id, (memory_id, ref_role, ref_timestamp), now)
-    return memory_id, deduplicated
-
-
-def forgotten_content(conn: apsw.Connection, req: StoreRequest) -> bool:
-    """Whether the store restores a forgotten memory of the agent (audited as an unforget)."""
-    return (
-        conn.execute(
-            "SELECT 1 FROM memories WHERE tenant = ? AND agent_id = ? AND hash = ? "
-            "AND forgotten_at IS NOT NULL",
-            (*agent_of(req), content_hash(req.content)),
-        ).fetchone()
-        is not None
-    )
+    return Placed(memory_id, deduplicated, restored)
 
 
 def store(
@@ -188,10 +188,30 @@ def write_store(
     flags: list[str] | None = None,
 ) -> StoreReply:
     """A checked request's memory written (or found: dedup), with the id and flags chosen."""
+    return place_store(
+        conn, req, now=now, embedding=embedding, memory_id=memory_id, flags=flags
+    ).reply
+
+
+class StorePlaced(NamedTuple):
+    reply: StoreReply
+    restored: bool  # the content was a forgotten memory's, restored (audited as an unforget)
+
+
+def place_store(
+    conn: apsw.Connection,
+    req: StoreRequest,
+    *,
+    now: int,
+    embedding: Embedding | None = None,
+    memory_id: str | None = None,
+    flags: list[str] | None = None,
+) -> StorePlaced:
+    """write_store's reply, and whether it restored a forgotten memory."""
     described = msgspec.structs.replace(
         description_of(req), flags=msgspec.json.encode(flags).decode() if flags else None
     )
-    memory_id, deduplicated = insert_memory(
+    placed = insert_memory(
         conn,
         agent=agent_of(req),
         content=req.content,
@@ -209,4 +229,7 @@ def write_store(
         described=described,
         memory_id=memory_id,
     )
-    return StoreReply(id=memory_id, stored=not deduplicated, deduplicated=deduplicated)
+    reply = StoreReply(
+        id=placed.id, stored=not placed.deduplicated, deduplicated=placed.deduplicated
+    )
+    return StorePlaced(reply, placed.restored)

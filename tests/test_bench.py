@@ -238,3 +238,44 @@ def test_bench_facts_extraction_prints_precision_recall_cost_and_locomo_facts(
     assert "precision / recall  " in table.stdout
     assert "LoCoMo turns / with a fact / facts  7 / 2 / 2" in table.stdout
     assert f"2 facts to check by hand  {samples}" in table.stdout
+
+
+def test_bench_topics_prints_purity_completeness_resume_and_cost() -> None:
+    """--topics scores the interleaved sessions by keywords and with the builtin model's
+    vectors: purity, completeness and resume selection at the issue's bar with vectors, near
+    it by keywords, and the CPU per message placed; as JSON and as a table."""
+    command = [sys.executable, "-m", "worker", "bench", "--topics"]
+    done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    words, meaning = results["keywords"], results["vectors"]
+    assert words["sessions"] >= 40 and words["messages"] == meaning["messages"] >= 1000
+    assert meaning["model"] == "MiniLM"
+    assert meaning["purity"] >= 0.9 and meaning["completeness"] >= 0.9
+    assert words["purity"] >= 0.89 and words["completeness"] >= 0.89
+    assert words["resume_hit_rate"] >= 0.9 and meaning["resume_hit_rate"] >= 0.9
+    for found in (words, meaning):
+        assert 0 < found["assign_us"]["p50_us"] <= found["assign_us"]["p99_us"]
+    table = subprocess.run(
+        [*command, "--embedder", "none"], capture_output=True, text=True, timeout=300
+    )
+    assert table.returncode == 0, table.stderr
+    assert "keywords: purity / completeness  " in table.stdout
+    assert "keywords: assignment CPU us per message p50 / p99  " in table.stdout
+    assert "vectors" not in table.stdout
+
+
+def test_bench_stores_prints_stores_per_second_in_flight_the_lone_p50_and_the_echo() -> None:
+    """`--stores`: stores over the bus alone at `--in-flight`, the worker's CPU per store and
+    the p50 of stores one at a time, beside the NATS echo; every figure of every run."""
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "bench", "--stores", "--embedder", "none",
+         "--memories", "200", "--in-flight", "8", "--runs", "1", "--echo", "10", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["in_flight"] == 8 and results["memories"] == 200
+    [run] = results["runs"]
+    for figure in ("per_second", "worker_cpu_us", "alone_p50_ms", "echo_p50_ms"):
+        assert run[figure] > 0 and results["median"][figure] == run[figure]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from schema.agents import AgentsRequest
 from schema.context import ContextRequest
 from schema.errors import Conflict, InvalidRequest, NotFound, WorkerError
 from schema.kg import Entity, KgAddRequest, KgQueryRequest, Relation
@@ -104,6 +105,8 @@ async def test_every_method_is_answered_by_a_live_worker(nats_url: str, worker: 
         assert (await memory.stats(StatsRequest())).memories == 1
         events = await memory.audit(AuditRequest(agent_id="a"))
         assert "memory::forget" in {e.trigger for e in events.events}
+        listed_agents = await memory.agents(AgentsRequest(prefix="a"))
+        assert [(a.agent_id, a.memories) for a in listed_agents.agents] == [("a", 1)]
         assert (await memory.toggle(ToggleRequest(agent_id="a", enabled=False))).enabled is False
         switched_off = await memory.store(StoreRequest(agent_id="a", content="not kept"))
         assert switched_off.disabled and switched_off.id is None

@@ -235,7 +235,8 @@ async def test_erasing_an_agent_deletes_its_snapshot(nats_url: str, tmp_path: Pa
     await app.start()
     nc = await nats.connect(nats_url)
     client = Client(nc)
-    for n in range(250):
+    # Fewer than the saver loads from the write side (ADOPT_AFTER): the recall loads it.
+    for n in range(150):
         await client.store("a", f"a memory about alpha number {n}")
     assert len(await client.recall("a", "alpha")) > 0
     await app.stop()
@@ -307,8 +308,9 @@ def test_a_snapshot_keeps_the_vectors_codes_so_opening_reads_no_vector(tmp_path:
 def test_file_rows_reads_a_snapshots_vectors_and_rows_rewritten_since_from_memory(
     tmp_path: Path,
 ) -> None:
-    """A shortlist's rows read with pread from the snapshot's vector file equal the matrix's;
-    a row written since the snapshot was opened, or appended after it, comes from the matrix."""
+    """A shortlist's rows read with pread from the snapshot's vector file equal the matrix's,
+    and so do the blocks a snapshot's writing reads; a row written since the snapshot was
+    opened, or appended after it, comes from the matrix."""
     rng = np.random.default_rng(4)
     matrix = rng.standard_normal((40, 8)).astype(np.float32)
     path = tmp_path / "vectors.0.npy"
@@ -320,6 +322,13 @@ def test_file_rows_reads_a_snapshots_vectors_and_rows_rewritten_since_from_memor
     rows.rewrote(3)
     rows.rewrote(35)  # past the file's rows: nothing to mark
     assert np.array_equal(rows.read(slots, matrix), matrix[slots])
+    for size in (32, 100, 10_000):  # a snapshot's writing reads the rows in blocks of `size`
+        blocks = list(rows.blocks(matrix, 40, None, size))
+        assert np.array_equal(np.concatenate(blocks), matrix)
+        kept = np.array([0, 2, 3, 17, 29, 30, 38], dtype=np.int64)
+        assert np.array_equal(
+            np.concatenate(list(rows.blocks(matrix, 40, kept, size))), matrix[kept]
+        )
     with open(path, "r+b") as file:
         file.truncate(200)
     with pytest.raises(OSError, match="shorter"):

@@ -29,6 +29,11 @@ ELSEWHERE = {
     "scripts/start": "the daemon: tests/test_start.py runs scripts/start itself",
     "scripts/test": "the whole suite: CI runs exactly this",
     ".venv/bin/python example.py": "tests/test_readme_agents.py runs the README's Python block so",
+    "memory-worker token --name alice --agents 'alice-*' --file ui-tokens.json": (
+        "tests/test_ui_browser.py runs the README's browser block as written"
+    ),
+    "export MEMORY_WORKER_UI_TOKENS=$PWD/ui-tokens.json": "tests/test_ui_browser.py, the same",
+    "memory-worker ui ": "tests/test_ui_browser.py, the same block (on a free port)",
     "memory-worker token ": "tests/test_readme_agents.py runs the README's HTTP block as written",
     "export MEMORY_WORKER_MCP_TOKENS=$PWD/mcp-tokens.json": "tests/test_readme_agents.py, the same",
     "memory-worker mcp --http ": "tests/test_readme_agents.py, the same block",

@@ -11,6 +11,7 @@ import apsw
 import pytest
 from msgspec import UNSET, UnsetType
 
+from schema.agents import AgentsRequest
 from schema.base import AgentId, OverAgents, Reply, TriggerRequest
 from schema.kv import KvGetRequest
 from schema.life import AuditRequest
@@ -107,7 +108,8 @@ def test_a_table_that_makes_a_trigger_twice_is_refused() -> None:
 
 def test_every_row_says_where_its_request_goes_in_sharded_mode() -> None:
     """The task board is the tenant's, kv keys the agent's or the tenant's shared ones, and only
-    maintenance, stats, audit and usage totals run over every partition without an agent."""
+    maintenance, stats, audit, usage totals and the agents' listing run over every partition
+    without an agent."""
     every = {route.trigger for route in ROUTES if route.scope.every is not None}
     assert every == {
         "memory::evict",
@@ -115,6 +117,7 @@ def test_every_row_says_where_its_request_goes_in_sharded_mode() -> None:
         "memory::stats",
         "memory::audit",
         "memory::usage::query",
+        "memory::agents",
     }
     tenant = {route.trigger for route in ROUTES if route.scope == TENANT}
     assert tenant == {f"memory::task::{verb}" for verb in ("post", "claim", "complete", "list")}
@@ -130,6 +133,7 @@ def test_every_row_says_where_its_request_goes_in_sharded_mode() -> None:
     audit = BY_TRIGGER["memory::audit"]
     assert audit.scope.home(AuditRequest()) is None
     assert audit.scope.keeper(AuditRequest(tenant="T")) == ("T", "")
+    assert BY_TRIGGER["memory::agents"].scope.home(AgentsRequest(tenant="T")) is None
 
 
 def test_ingest_and_partition_subjects_are_named_apart_from_the_same_words() -> None:

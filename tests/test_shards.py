@@ -177,6 +177,16 @@ async def test_evict_consolidate_and_stats_without_an_agent_add_up_over_every_pa
         assert len(events) == own == 12 * 2 + 12 + 12  # stores, decays, evictions
         assert [e["at"] for e in events] == sorted(e["at"] for e in events)
         assert len({(e["agentId"], e["seq"]) for e in events}) == len(events)
+        # The agents' listing, page by page across partitions: each agent once, by id.
+        listed, cursor = [], None
+        while True:
+            asked = {"limit": 5} | ({"cursor": cursor} if cursor else {})
+            page = await client.ok("memory::agents", asked)
+            listed += [agent["agentId"] for agent in page["agents"]]
+            cursor = page["nextCursor"]
+            if cursor is None:
+                break
+        assert listed == sorted(agents)
         await nc.close()
 
 

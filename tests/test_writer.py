@@ -102,7 +102,7 @@ async def one_batch(
 
 async def queued(writer: Writer, count: int) -> None:
     """Until `count` jobs wait in the writer's queue (behind one it is held in)."""
-    await wait_until(lambda: writer._jobs.qsize() == count, f"{count} jobs queued", timeout=10)
+    await wait_until(lambda: writer.queued == count, f"{count} jobs queued", timeout=10)
 
 
 async def settle(tasks: list[asyncio.Task[Any]]) -> list[Any]:

@@ -94,8 +94,19 @@ def _parser() -> argparse.ArgumentParser:
         default=100,
         help="HTTP with tokens: open sessions one token may hold (default 100)",
     )
+    ui = commands.add_parser(
+        "ui", help="serve the memory browser: see and correct agents' memories"
+    )
+    ui.add_argument("--port", type=int, default=8700, help="HTTP port (default 8700)")
+    ui.add_argument("--host", default="127.0.0.1", help="HTTP address (default 127.0.0.1)")
+    ui.add_argument("--nats-url", help="NATS server (default: MEMORY_WORKER_NATS_URL)")
+    ui.add_argument("--tenant", help="an operator's connection under tenancy: the tenant shown")
+    ui.add_argument("--inbox-prefix", help="private reply inbox, e.g. _INBOX_alice (tenants)")
+    ui.add_argument(
+        "--timeout", type=_seconds, default=10.0, help="seconds a worker may take (default 10)"
+    )
     token = commands.add_parser(
-        "token", help="make a bearer token for `mcp --http`: the token once, and its file entry"
+        "token", help="make a token for `mcp --http` or `ui`: the token once, and its file entry"
     )
     token.add_argument("--name", required=True, help="the token's name in the file")
     token.add_argument(
@@ -216,6 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands.check(config, args)
     if args.command == "mcp":
         return commands.mcp(config, args)
+    if args.command == "ui":
+        from worker.ui.command import ui_command
+
+        return ui_command(config, args)
     if args.command == "backup":
         from worker.backup import backup_database
 

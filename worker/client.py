@@ -41,6 +41,7 @@ from worker.redact import redact
 from worker.registry import BY_TRIGGER
 from worker.route import Route
 from worker.triggers import canonical, kg, kv, life, maintenance, memory, sessions, tasks, usage
+from worker.triggers.agents import AGENTS
 
 Q = TypeVar("Q", bound=TriggerRequest)
 R = TypeVar("R", bound=Reply)
@@ -256,3 +257,4 @@ class MemoryClient:
     usage_query = Sends(usage.QUERY)
     canonical_get = Sends(canonical.GET)
     canonical_append = Sends(canonical.APPEND)
+    agents = Sends(AGENTS)

@@ -272,7 +272,10 @@ def token(args: argparse.Namespace) -> Exit:
     secret = new_token()
     if args.file is None:
         sys.stdout.write(f"{secret}\n{json.dumps({args.name: entry(secret, args.agents)})}\n")
-        where = "the second line is its entry: add it to the file MEMORY_WORKER_MCP_TOKENS names"
+        where = (
+            "the second line is its entry: add it to the file MEMORY_WORKER_MCP_TOKENS (or "
+            "MEMORY_WORKER_UI_TOKENS, for the browser) names"
+        )
     else:
         try:
             add_entry(args.file, args.name, secret, args.agents)

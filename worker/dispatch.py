@@ -165,10 +165,13 @@ class Dispatcher:
         Every line logged while the request runs (an LLM fallback, an embedding failure, the
         maintenance counts) carries its trigger, source, tenant and, once decoded, agent: they
         are bound in structlog's context vars for the call and restored after it."""
-        with structlog.contextvars.bound_contextvars(
+        bound = structlog.contextvars.bind_contextvars(
             trigger=trigger, source=source, agent=None, tenant=caller.tenant
-        ):
+        )
+        try:
             return await self._handle(trigger, data, source, caller, headers, budget, message)
+        finally:  # each variable as it was before (structlog's bound_contextvars reads them all)
+            structlog.contextvars.reset_contextvars(**bound)
 
     async def _handle(
         self,

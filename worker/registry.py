@@ -18,7 +18,18 @@ from typing import Any
 from worker.recall_index.backfill import EMBED, EMBEDDED
 from worker.route import Route, ingestible, table
 from worker.shards.claims import CRON_WRITES
-from worker.triggers import canonical, kg, kv, life, maintenance, memory, sessions, tasks, usage
+from worker.triggers import (
+    agents,
+    canonical,
+    kg,
+    kv,
+    life,
+    maintenance,
+    memory,
+    sessions,
+    tasks,
+    usage,
+)
 from worker.writes import Write
 
 ROUTES = table(
@@ -31,6 +42,7 @@ ROUTES = table(
     tasks.ROUTES,
     usage.ROUTES,
     canonical.ROUTES,
+    agents.ROUTES,
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}
 # The trigger of each verb that durable ingestion takes (`kg.add` -> memory::kg::add).

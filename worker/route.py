@@ -68,8 +68,9 @@ class Scope:
         tenant = tenant_of(request)
         if self.holder == "tenant":
             return (tenant, "")
-        if isinstance(request.agent_id, str):
-            return (tenant, request.agent_id)
+        agent_id = getattr(request, "agent_id", None)  # a listing of agents names none
+        if isinstance(agent_id, str):
+            return (tenant, agent_id)
         if self.shared and request.namespace == "shared":
             return (tenant, "")
         return None
@@ -83,6 +84,12 @@ class Scope:
 AGENT = Scope("agent")
 TENANT = Scope("tenant")
 AGENT_OR_SHARED = Scope("agent", shared=True)
+
+
+def every_agent(add_up: AddUp) -> Scope:
+    """For a request that never names an agent but reads every agent's rows: every
+    partition, replies added up so."""
+    return Scope("agent", every=add_up)
 
 
 def agent_or_every(add_up: AddUp) -> Scope:
@@ -233,6 +240,8 @@ def _fit(route: Route[Any, Any]) -> str | None:
         return None if not (scope.shared or scope.every) else "a tenant scope is one partition"
     agent = fields.get("agent_id")
     if agent is None:
+        if scope.every is not None and not scope.shared:
+            return None  # over the tenant's agents, wherever they are (memory::agents)
         return "its request names no agent: give it a tenant scope"
     if scope.shared and "namespace" not in fields:
         return "a shared scope needs a `namespace` in its request"

@@ -4,6 +4,10 @@ Every write trigger runs here as a job. Jobs that arrive while a commit is in pr
 together in the next transaction, each inside its own savepoint so that one failing job rolls back
 alone, and all of them are acknowledged only after the shared COMMIT (and its fsync) returned. That
 keeps `synchronous=FULL` durability at a fraction of the fsyncs.
+
+Jobs cross between the event loop and the writer thread in bunches, not one by one: the jobs a
+loop submits in one of its iterations go to the writer as one list (one wake-up of the thread),
+and a batch's results come back to each loop in one callback (one wake-up of the loop).
 """
 
 from __future__ import annotations
@@ -32,13 +36,14 @@ class _Job:
     error: BaseException | None = field(default=None)
 
 
-def _settle(job: _Job) -> None:
-    if job.future.done():
-        return
-    if job.error is not None:
-        job.future.set_exception(job.error)
-    else:
-        job.future.set_result(job.result)
+def _settle(jobs: list[_Job]) -> None:
+    for job in jobs:
+        if job.future.done():
+            continue
+        if job.error is not None:
+            job.future.set_exception(job.error)
+        else:
+            job.future.set_result(job.result)
 
 
 class Writer:
@@ -62,7 +67,10 @@ class Writer:
         self._before_commit = before_commit
         self._before_batch = before_batch
         self._level = self._current_level = _LEVELS[int(conn.pragma("synchronous"))]
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[list[_Job] | None] = queue.SimpleQueue()
+        # Per event loop, the jobs it submitted in its current iteration, handed over at its end.
+        self._submitted: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
+        self._handed = self._taken = 0  # jobs handed to the thread, and taken by it
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._started = False
 
@@ -79,13 +87,34 @@ class Writer:
         """
         loop = asyncio.get_running_loop()
         job = _Job(fn, durable, loop, loop.create_future())
-        self._jobs.put(job)
+        submitted = self._submitted.get(loop)
+        if submitted is None:
+            self._submitted[loop] = [job]
+            loop.call_soon(self._hand_over, loop)
+        else:
+            submitted.append(job)
         result: T = await job.future
         return result
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the loop, after the callbacks that ran with the first of them: the jobs it
+        submitted since, to the writer thread at once."""
+        jobs = self._submitted.pop(loop, None)
+        if jobs:
+            self._handed += len(jobs)
+            self._jobs.put(jobs)
+
+    @property
+    def queued(self) -> int:
+        """What the writer thread has been handed and not taken yet: jobs, and a stop."""
+        return self._handed - self._taken
 
     def stop(self) -> None:
         """Finish the queued jobs, then stop the thread (the caller closes the connection)."""
         if self._started:
+            for loop in list(self._submitted):  # submitted but not yet handed over
+                self._hand_over(loop)
+            self._handed += 1
             self._jobs.put(None)
             self._thread.join()
             self._started = False
@@ -97,7 +126,7 @@ class Writer:
                 return
             if self._before_batch is not None:
                 self._before_batch()
-            batch = [first]
+            batch = list(first)
             stop_after = False
             while len(batch) < MAX_BATCH:
                 try:
@@ -106,8 +135,10 @@ class Writer:
                     break
                 if more is None:
                     stop_after = True
+                    self._taken += 1
                     break
-                batch.append(more)
+                batch.extend(more)
+            self._taken += len(batch)
             self._commit(batch)
             if stop_after:
                 return
@@ -138,5 +169,8 @@ class Writer:
         else:
             if self._after_commit is not None:
                 self._after_commit(conn)
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
         for job in batch:
-            job.loop.call_soon_threadsafe(_settle, job)
+            by_loop.setdefault(job.loop, []).append(job)
+        for loop, jobs in by_loop.items():
+            loop.call_soon_threadsafe(_settle, jobs)

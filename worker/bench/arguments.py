@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from worker.bench import index_memory
+from worker.bench import index_memory, million, stores
 from worker.bench.fairness import add_fairness_arguments
 
 
@@ -85,6 +85,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--facts-set", metavar="PATH", help="with --facts-extraction: a test set")
     parser.add_argument(
+        "--topics",
+        action="store_true",
+        help="only topic assignment: purity, completeness, resume selection and CPU per message "
+        "on the interleaved sessions, by keywords and with the builtin model (not with "
+        "--embedder none)",
+    )
+    parser.add_argument("--topics-set", metavar="PATH", help="with --topics: a test set")
+    parser.add_argument(
         "--facts-samples",
         metavar="PATH",
         help="with --facts-extraction --locomo: where the 50 facts to check go "
@@ -111,5 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "codes with each of these shortlists (e.g. 50,1000)",
     )
     index_memory.add_arguments(parser)
+    million.add_arguments(parser)
+    stores.add_arguments(parser)
     add_fairness_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")

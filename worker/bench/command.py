@@ -33,12 +33,16 @@ from worker.bench.floor import measure_floor
 from worker.bench.locomo import measure_locomo
 from worker.bench.mcp_trip import measure_mcp_round_trip
 from worker.bench.merge import run_merge
+from worker.bench.million import measure as measure_million
+from worker.bench.million_report import million_rows
 from worker.bench.overhead import measure_client_overhead
 from worker.bench.report import rows_text, table
 from worker.bench.sanitize import find_locomo, run_sanitize
 from worker.bench.scale import measure_scale, scale_rows
 from worker.bench.sharded import measure_sharded, sharded_rows
 from worker.bench.state import measure_state
+from worker.bench.stores import run_stores, stores_rows
+from worker.bench.topics import run_topics
 from worker.bench.vector_quality import measure_vector_index, vector_index_rows
 from worker.embedded import EmbeddedServer
 from worker.tenancy import REQUEST_INFO, caller_of
@@ -307,6 +311,8 @@ def main(args: argparse.Namespace) -> int:
         return run_sanitize(args)
     if args.facts_extraction:
         return run_facts(args)
+    if args.topics:
+        return run_topics(args)
     if args.merge is not None:
         return run_merge(args)
     if args.sharded:
@@ -330,6 +336,15 @@ def main(args: argparse.Namespace) -> int:
     if args.fairness:
         fairness = run_fairness(args)
         print(json.dumps(fairness) if args.json else rows_text(fairness_rows(fairness)))
+        return 0
+    if args.stores:
+        found = run_stores(args)
+        print(json.dumps(found) if args.json else rows_text(stores_rows(found)))
+        return 0
+    if args.million:
+        args.embedder = args.embedder or "none"
+        million = asyncio.run(measure_million(args))
+        print(json.dumps(million) if args.json else rows_text(million_rows(million)))
         return 0
     if args.scale:
         scale = asyncio.run(run_scale(args))

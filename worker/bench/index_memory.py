@@ -146,7 +146,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--budget MB; RSS after loading them, after the index saver, idle (medians of --runs)",
     )  # fmt: skip
     parser.add_argument("--budget", type=int, default=512, help="with --index-memory: MB")
-    parser.add_argument("--runs", type=int, default=3, help="with --index-memory")
+    parser.add_argument(
+        "--runs", type=int, default=3, help="with --index-memory, --stores, --million"
+    )
     parser.add_argument(
         "--idle", type=float, default=20.0, help="with --index-memory: seconds idle after the saver"
     )

@@ -131,8 +131,15 @@ class AgentIndex:
         self.confidence[at] = confidence
         self.static[at] = static_part(importance, confidence)
         self.growth[at] = growth(timestamp, self.anchor_ms)
-        if self.estimates is not None:
-            self.estimates[0][at], self.estimates[1][at] = self.static[at], self.growth[at]
+        estimates = self.estimates
+        if estimates is not None:
+            if at >= len(estimates[0]):  # sized to the rows, not to a snapshot's room
+                more = np.zeros(max(16, len(estimates[0])), np.float32)
+                estimates = self.estimates = (
+                    np.concatenate([estimates[0], more]),
+                    np.concatenate([estimates[1], more]),
+                )
+            estimates[0][at], estimates[1][at] = self.static[at], self.growth[at]
 
     def _grow(self) -> None:
         """Double every column into RAM (a memory-mapped one included)."""
@@ -149,11 +156,6 @@ class AgentIndex:
             flags = np.zeros(capacity, dtype=np.bool_)
             flags[: len(self.has_vector[model])] = self.has_vector[model]
             self.has_vector[model] = flags
-        if self.estimates is not None:
-            self.estimates = tuple(  # type: ignore[assignment]
-                np.concatenate([old, np.zeros(capacity - len(old), np.float32)])
-                for old in self.estimates
-            )
         for model, codes in (self.codes or {}).items():
             wider = np.zeros((codes.shape[0], capacity), dtype=np.uint64)
             wider[:, : codes.shape[1]] = codes
@@ -204,7 +206,11 @@ class AgentIndex:
         self.bounds.rebuild(get("static"), get("growth"), get("timestamp"), len(self.ids))
         self.estimates = None
         if self.codes is not None:
-            self.estimates = (get("static").astype(np.float32), get("growth").astype(np.float32))
+            rows = len(self.ids)
+            spare = rows + max(16, rows // 8)  # not a snapshot's room: they take RAM
+            self.estimates = (np.zeros(spare, np.float32), np.zeros(spare, np.float32))
+            self.estimates[0][:rows] = get("static")[:rows]
+            self.estimates[1][:rows] = get("growth")[:rows]
 
     def keep_codes(self) -> None:
         """Make every vector's code (a zero row's is zero) and keep them in step from now on; in
@@ -219,16 +225,16 @@ class AgentIndex:
             made[model] = codes
         self.codes = made
 
-    def upsert(self, row: Row) -> None:
-        at = self._place(row)
+    def upsert(self, row: Row, *, new: bool = False) -> None:
+        """Add or rescore the row's memory (`new`: the caller knows no slot held it)."""
+        at = self._place(row, new=new)
         slot = self.slot_of(row[0]) if at is None else at
         if slot is not None:
             static, grown = float(self.column("static")[slot]), float(self.column("growth")[slot])
             self.bounds.widen(slot, static, grown, row[3])
         if at is None:
             return
-        for token in words(row):
-            self.postings.add(token, at)
+        self.postings.add_all(words(row), at)
         tags, keys = list_keys(row)
         for tag in tags:
             self.tag_slots.add(tag, at)

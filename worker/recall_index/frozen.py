@@ -12,7 +12,7 @@ import numpy as np
 from worker.recall_index.agent_index import COLUMNS, AgentIndex, AgentKey
 from worker.recall_index.changes import Mark
 from worker.recall_index.compact import CHUNK_BYTES
-from worker.recall_index.mapping import mapped
+from worker.recall_index.mapping import FileRows, mapped
 from worker.recall_index.postings import Csr, Slots
 from worker.recall_index.strings import Strings
 
@@ -41,6 +41,9 @@ class Frozen:
     postings: tuple[Csr, Csr, dict[str, Slots]]
     lists: dict[str, tuple[Csr, dict[str, Slots]]] = field(default_factory=dict)
     codes: dict[str, np.ndarray] = field(default_factory=dict)  # model -> (words, capacity)
+    # model -> the vectors of the snapshot the agent was opened from, read from that file
+    # rather than through its mapping (mapping.py `FileRows.blocks`).
+    file_rows: dict[str, FileRows] = field(default_factory=dict)
 
     def _lists(self) -> Iterator[np.ndarray]:
         """The arrays of its strings and lists, bases and tails."""
@@ -106,4 +109,5 @@ def freeze(key: AgentKey, index: AgentIndex, mark: Mark) -> Frozen:
             "metadata": (index.metadata.base, index.metadata.tail.frozen()),
         },
         codes=dict(index.codes or {}),
+        file_rows=dict(index.file_rows),
     )

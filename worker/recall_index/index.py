@@ -2,11 +2,11 @@
 
 Triggers on `memories` log which memories each transaction inserted, deleted, re-scored or
 re-indexed; after each commit the writer applies what the log gained here. Recall then ranks an
-agent without touching SQLite. Agents load on first use and leave, least recently used first,
-when the index outgrows its memory budget: each counted as what it holds (AgentIndex.nbytes),
-with what the saver allocates while it writes a snapshot (`saving`); what leaves is given back
-to the system (worker/recall_index/release.py). An agent is a (tenant, agentId) pair everywhere
-here, so that agent `a1` of two tenants is two indexes that share nothing (contract section 15).
+agent without touching SQLite. Agents load on first use, or from the write side once they take
+many changes (worker/recall_index/saver.py `adopt`), and leave, least recently used first, when
+the index outgrows its memory budget (worker/recall_index/budget.py). An agent is a (tenant,
+agentId) pair everywhere here, so that agent `a1` of two tenants is two indexes that share
+nothing (contract section 15).
 
 A load reads the agent's persisted snapshot (worker/recall_index/persist.py) and replays the
 agent's changes since, or, when there is none it can trust, the agent's rows from SQLite (then
@@ -14,9 +14,10 @@ a snapshot is written in the background: worker/recall_index/saver.py); how is
 worker/recall_index/loading.py, when and under which lock is here. It runs without holding
 the lock (a large agent takes seconds from SQLite, and the writer applies every commit under the
 lock, so holding it would stall every write and every other recall). Changes applied while the
-load runs are kept and replayed onto the loaded index under the lock before it is installed: a
-change committed before the load's read began is in it, one committed after is replayed
-(replaying one already in it changes nothing).
+load runs are kept and replayed onto the loaded index before it is installed, the last few of
+them under the lock: a change committed before the load's read began is in it, one committed
+after is replayed (replaying one already in it changes nothing). A loaded agent is opened again
+from each snapshot the saver writes of it (`reopen`), the same way.
 
 Changes come from the permanent change log (worker/recall_index/changes.py), which every writer
 of the file fills, so a write by another process (a second worker, an import) is applied like
@@ -31,9 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -43,12 +42,14 @@ import structlog
 
 from worker.readers import Readers
 from worker.recall_index.agent_index import AgentIndex, AgentKey
+from worker.recall_index.budget import Budget
 from worker.recall_index.changes import ChangeReader, LogGap, trim
 from worker.recall_index.frozen import Frozen, freeze
-from worker.recall_index.loading import Loader, apply_one, collapse, later
+from worker.recall_index.loading import Loader, apply_many, collapse, later
 from worker.recall_index.persist import Store
 from worker.recall_index.release import RELEASER, Releaser
-from worker.recall_index.saver import Saver
+from worker.recall_index.saver import ADOPT_AFTER, Saver
+from worker.recall_index.stand_in import stand_in
 from worker.recall_index.view import Snapshot
 
 log = structlog.get_logger()
@@ -56,6 +57,13 @@ T = TypeVar("T")
 
 # Commits between trims of the change log.
 TRIM_EVERY = 200
+# Changes that came while a load ran are replayed onto it without the lock until no more than
+# this many are left, which are replayed under the lock as it is installed: the writer, which
+# applies each commit under the lock, never waits for a long replay.
+REPLAY_UNDER_LOCK = 256
+# How long a recall waits for its agent's load (a large agent read from SQLite: 30 s or more at
+# a million memories) before it ranks a stand-in instead (`with_snapshot`).
+HOLD_S = 0.5
 
 
 @dataclass
@@ -68,7 +76,7 @@ class _Load:
     result: AgentIndex | None = None
 
 
-class MemoryIndex:
+class MemoryIndex(Budget):
     def __init__(
         self,
         readers: Readers,
@@ -84,39 +92,32 @@ class MemoryIndex:
         (`open_reader`, by default `readers.fresh`), closed when the load is done. With a
         `cache_dir`, agents are persisted there (`attach` starts the saver). With `codes` each
         agent keeps its vectors' sign codes too (handlers/recall/codes.py)."""
+        super().__init__(max_bytes, releaser)
+        self._clock = clock
+        # How long a recall waits for its agent's load before it ranks a stand-in.
+        self.hold_s = HOLD_S
         self._readers = readers
         self._open_reader = open_reader or readers.fresh
-        self._max_bytes = max_bytes
-        self._agents: OrderedDict[AgentKey, AgentIndex] = OrderedDict()
-        # Each loaded agent's bytes as last counted (AgentIndex.nbytes), and their sum: counted
-        # again when the agent changes or is recalled, not all of them at each load.
-        self._sizes: dict[AgentKey, int] = {}
-        self._recalled: dict[AgentKey, tuple[int, int]] = {}  # AgentIndex.recalled when counted
-        self._total = 0
-        # What the saver holds while it writes a snapshot (`saving`), and the agent it writes.
-        self._held = 0
-        self._saving: AgentKey | None = None
-        # Told what the index lets go of, gives freed memory back (worker/recall_index/release.py).
-        self._releaser = releaser
         self._loading: dict[AgentKey, _Load] = {}
-        # Bumped when the index cannot follow the change log: loads begun before are not kept.
-        self._generation = 0
-        # Private: a caller holding it while waiting for a load would deadlock with that load.
-        self._lock = threading.RLock()
         # The writer connection's position in the change log (see `after_commit`).
         self._reader: ChangeReader | None = None
         self._commits = 0
         self._store = None if cache_dir is None else Store(cache_dir)
         self._loader = Loader(self._store, clock, self._open_reader, codes=codes)
-        self._saver = (
-            None
-            if self._store is None
-            else Saver(self._store, self._freeze, self._loader.frozen_cold, self.saving)
-        )
+        if self._store is not None:
+            freeze, cold = self._freeze, self._loader.frozen_cold
+            saver = Saver(self._store, freeze, cold, self.saving, self.agent, self.reopen)
+            self._saver = saver
         # On the event loop only: loads that recalls of one agent await together.
         self._shared_loads: dict[AgentKey, asyncio.Future[AgentIndex]] = {}
 
-    async def with_snapshot(self, key: AgentKey, fn: Callable[[apsw.Connection, Snapshot], T]) -> T:
+    async def with_snapshot(
+        self,
+        key: AgentKey,
+        fn: Callable[[apsw.Connection, Snapshot], T],
+        *,
+        query: str | None = None,
+    ) -> T:
         """Run fn on a reader thread, in one read transaction, with a snapshot of the agent.
 
         An agent not loaded is loaded first on a reader thread; recalls that need it meanwhile
@@ -124,15 +125,37 @@ class MemoryIndex:
         while it runs, so that recalls of other agents still find a free one. The snapshot is
         taken on the reader thread, not here: it needs the lock, which the writer holds while it
         applies a commit, and the event loop must not wait for that. An agent that left (or was
-        dropped) before fn ran is loaded again there, sharing a load the way `agent` does."""
+        dropped) before fn ran is loaded again there, sharing a load the way `agent` does.
+
+        A recall (`query` given) that has waited `hold_s` for a load still running (a large
+        agent read from SQLite: a first start without a snapshot) ranks a stand-in of the
+        agent's likeliest rows instead (worker/recall_index/stand_in.py); the load goes on."""
         if key not in self._agents:  # without the lock: a dict lookup is atomic
             load = self._shared_loads.get(key)
             if load is None:
                 load = asyncio.ensure_future(self._readers.run(lambda _: self.agent(key)))
                 self._shared_loads[key] = load
-                load.add_done_callback(lambda _: self._shared_loads.pop(key, None))
+                load.add_done_callback(lambda done: self._load_ended(key, done))
+            if query is not None:
+                await asyncio.wait({load}, timeout=self.hold_s)
+                if not load.done():
+                    return await self._readers.run(
+                        lambda conn: fn(conn, self._stand_in(conn, key, query))
+                    )
             await asyncio.shield(load)
         return await self._readers.run(lambda conn: fn(conn, self.snapshot(key)))
+
+    def _load_ended(self, key: AgentKey, load: asyncio.Future[AgentIndex]) -> None:
+        """A load's end: a failure is logged here too (recalls that took a stand-in no longer
+        await it)."""
+        self._shared_loads.pop(key, None)
+        if not load.cancelled() and load.exception() is not None:
+            log.warning("index.load_failed", error=type(load.exception()).__name__)
+
+    def _stand_in(self, conn: apsw.Connection, key: AgentKey, query: str) -> Snapshot:
+        """A snapshot of the agent's stand-in for this recall, read on conn."""
+        found = stand_in(conn, key, query, anchor_ms=self._clock(), codes=self._loader.codes)
+        return Snapshot(found.columns(), found, self._lock, key)
 
     def snapshot(self, key: AgentKey) -> Snapshot:
         """The agent's snapshot, loading it if needed (blocks: call it from a reader thread)."""
@@ -150,17 +173,6 @@ class MemoryIndex:
             return None if found is None else Snapshot(found.columns(), found, self._lock, key)
         finally:
             self._lock.release()
-
-    def _usable(self, key: AgentKey) -> AgentIndex | None:
-        """Under the lock: the agent's index if loaded and not too fragmented, as used now."""
-        found = self._agents.get(key)
-        if found is None or found.dead > max(1024, found.live_count):
-            return None
-        self._agents.move_to_end(key)
-        if found.recalled() != self._recalled.get(key):
-            self._count(key)  # what recalls added since (access counts, words' bits)
-        self._shrink(keep=key)
-        return found
 
     def agent(self, key: AgentKey) -> AgentIndex:
         """The agent's index, loaded if absent or too fragmented; one load per agent at a time,
@@ -180,44 +192,102 @@ class MemoryIndex:
             if pending.result is not None and pending.generation == self._generation:
                 return pending.result
             return self.agent(key)  # it failed, or the index was dropped meanwhile
+        loaded = self._load_as(key, pending, fragmented=found is not None)
+        assert loaded is not None  # only a reopen leaves the agent as it was
+        return loaded
+
+    def reopen(self, key: AgentKey) -> None:
+        """Open the loaded agent again from the snapshot the saver has just written of it (on
+        the saver's thread): what it gathered in RAM since it was opened goes back to the
+        mapped files, its room for appends is renewed, and a keyword's posting is one piece
+        again. Recalls meanwhile rank the agent as it was; nothing happens to an agent that
+        left or is being loaded."""
+        with self._lock:
+            if key not in self._agents or key in self._loading:
+                return
+            pending = self._loading[key] = _Load(self._generation)
+        self._load_as(key, pending, fragmented=False, reopen=True)
+
+    def _load_as(
+        self, key: AgentKey, pending: _Load, *, fragmented: bool, reopen: bool = False
+    ) -> AgentIndex | None:
+        """`_load`, as the agent's load in progress, which other callers may wait for."""
         try:
-            pending.result = self._load(key, pending, fragmented=found is not None)
+            pending.result = self._load(key, pending, fragmented=fragmented, reopen=reopen)
             return pending.result
         finally:
             with self._lock:
                 del self._loading[key]
             pending.done.set()
 
-    def _load(self, key: AgentKey, pending: _Load, *, fragmented: bool) -> AgentIndex:
+    def _load(
+        self, key: AgentKey, pending: _Load, *, fragmented: bool, reopen: bool = False
+    ) -> AgentIndex | None:
+        """Load (or `reopen`: None when its snapshot cannot be opened) and install the agent."""
         conn = self._open_reader()
         try:
             opened = None if fragmented else self._loader.open_persisted(key, conn)
             from_disk = opened is not None
             if opened is None:
-                loaded, removed = self._loader.read_rows(key, conn), False
+                if reopen:
+                    return None
+                loaded, removed, replayed = self._loader.read_rows(key, conn), False, 0
             else:
-                loaded, removed = opened
+                loaded, removed, replayed = opened
             # A load from SQLite gathers about what it holds in lists it then lets go of.
             freed = 0 if from_disk else loaded.nbytes()
-            with self._lock:
-                # Once per memory: the replay reads its row as it is now, whatever the changes.
-                for memory_id, op in collapse(pending.changes).items():
-                    removed |= apply_one(conn, key, loaded, memory_id, op)
-                if self._reader is not None and loaded.complete is not None:
-                    loaded.complete = later(loaded.complete, self._reader.mark)
-                if pending.generation == self._generation:
-                    freed += self._sizes.get(key, 0)  # a fragmented agent's, replaced
-                    self._agents[key] = loaded
-                    self._count(key)
-                    self._shrink(keep=key)
-                    if self._saver is not None and loaded.complete is not None:
-                        self._saver.loaded(key, from_disk=from_disk)
+            done = 0
+            while True:
+                with self._lock:
+                    waiting = pending.changes[done:]
+                    current = pending.generation == self._generation
+                    if len(waiting) <= REPLAY_UNDER_LOCK or not current:
+                        removed |= self._replay(conn, key, loaded, waiting)
+                        installed = current and (not reopen or key in self._agents)
+                        if installed:
+                            freed += self._install(key, loaded, from_disk, replayed, reopen)
+                        break
+                # The loaded index is this thread's alone until it is installed.
+                removed |= self._replay(conn, key, loaded, waiting)
+                done += len(waiting)
             if removed and self._saver is not None:
                 self._saver.removed(key)
             self._releaser.freed(freed)
-            return loaded
+            return loaded if installed or not reopen else None
         finally:
             conn.close()
+
+    def _replay(
+        self,
+        conn: apsw.Connection,
+        key: AgentKey,
+        loaded: AgentIndex,
+        changes: list[tuple[str, str]],
+    ) -> bool:
+        """Once per memory: the replay reads its row as it is now, whatever the changes."""
+        return apply_many(conn, key, loaded, collapse(changes))
+
+    def _install(
+        self, key: AgentKey, loaded: AgentIndex, from_disk: bool, replayed: int, reopen: bool
+    ) -> int:
+        """Put the loaded agent in place (under the lock); the bytes of the one it replaced."""
+        if self._reader is not None and loaded.complete is not None:
+            loaded.complete = later(loaded.complete, self._reader.mark)
+        freed = self._sizes.get(key, 0)  # a fragmented or reopened agent's, replaced
+        replaced = self._agents.get(key)
+        if replaced is not None:  # the access counts it holds, which SQLite may not have yet
+            for slot, count in replaced.access.items():
+                at = loaded.slot_of(replaced.ids[slot])
+                if at is not None:
+                    loaded.access[at] = count
+        self._agents[key] = loaded
+        self._cold.pop(key, None)
+        self._count(key)
+        self._shrink(keep=key)
+        if self._saver is not None and loaded.complete is not None and not reopen:
+            rows = len(loaded.ids)
+            self._saver.loaded(key, from_disk=from_disk, rows=rows, replayed=replayed)
+        return freed
 
     def _freeze(self, key: AgentKey) -> Frozen | None:
         with self._lock:
@@ -228,79 +298,6 @@ class MemoryIndex:
             found.disk_rows = max(found.disk_rows, frozen.rows)
             return frozen
 
-    def _count(self, key: AgentKey) -> None:
-        """Count the loaded agent's bytes again (under the lock)."""
-        agent = self._agents[key]
-        size = agent.nbytes()
-        self._total += size - self._sizes.get(key, 0)
-        self._sizes[key] = size
-        self._recalled[key] = agent.recalled()
-
-    def _shrink(self, keep: AgentKey | None = None) -> None:
-        """Least recently used agents leave until the counted bytes are within the budget; never
-        `keep` (the agent a recall waits for), the agent being saved, or the last agent."""
-        while self._total + self._held > self._max_bytes and len(self._agents) > 1:
-            oldest = next((k for k in self._agents if k not in (keep, self._saving)), None)
-            if oldest is None:
-                return
-            del self._agents[oldest]
-            size = self._sizes.pop(oldest)
-            self._recalled.pop(oldest, None)
-            self._total -= size
-            self._releaser.freed(size)
-            if self._saver is not None:
-                self._saver.left(oldest)
-
-    @contextmanager
-    def saving(self, key: AgentKey, frozen: Frozen) -> Iterator[None]:
-        """While the saver writes the agent's snapshot (on its thread): what the writing
-        allocates is counted in the budget (and what `frozen` holds, when the agent is not
-        loaded: a cold rewrite), other agents leaving to make room; the agent does not leave."""
-        with self._lock:
-            held = frozen.transient() + (0 if key in self._agents else frozen.nbytes())
-            self._held += held
-            self._saving = key
-            self._shrink(keep=key)
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._held -= held
-                self._saving = None
-            self._releaser.freed(held)
-
-    def counted_bytes(self) -> int:
-        """The bytes the budget counts now: the loaded agents' and what the saver holds."""
-        with self._lock:
-            return self._total + self._held
-
-    def forget_all(self) -> None:
-        """Drop every agent (they reload on demand), and keep no load begun before."""
-        with self._lock:
-            for key in self._agents:
-                if self._saver is not None:
-                    self._saver.left(key)
-            self._agents.clear()
-            self._sizes.clear()
-            self._recalled.clear()
-            self._releaser.freed(self._total)
-            self._total = 0
-            self._generation += 1
-
-    def loaded_agents(
-        self, tenant: str | None = None, granted: Callable[[str], bool] | None = None
-    ) -> int:
-        """Agents loaded now: of every tenant, or (for a tenant's memory::stats) of one, and of
-        those the agents `granted` says yes to (a user's grants). Without the lock, as the event
-        loop calls it: copying the keys is one atomic step."""
-        if tenant is None:
-            return len(self._agents)
-        return sum(
-            1
-            for loaded, agent_id in list(self._agents)
-            if loaded == tenant and (granted is None or granted(agent_id))
-        )
-
     def attach(self, conn: apsw.Connection) -> None:
         """Follow the change log from its end on the writer's connection; start the saver."""
         self._reader = ChangeReader(conn)
@@ -308,7 +305,13 @@ class MemoryIndex:
             self._saver.start()
 
     def close(self) -> None:
-        """Write the snapshots worth writing (clean shutdown)."""
+        """Write the snapshots worth writing (clean shutdown), after the loads in progress: an
+        agent still read from SQLite (a stop soon after a first start) is written too, not read
+        from SQLite again at the next start. The readers' close would wait for those loads."""
+        with self._lock:
+            loads = list(self._loading.values())
+        for pending in loads:
+            pending.done.wait()
         if self._saver is not None:
             self._saver.close()
 
@@ -353,18 +356,27 @@ class MemoryIndex:
         and keep them for the agents being loaded."""
         counts: dict[AgentKey, int] = {}
         removed: set[AgentKey] = set()
+        adopt: list[AgentKey] = []
+        by_agent: dict[AgentKey, list[tuple[str, str]]] = {}
+        for key, memory_id, op in changes:
+            by_agent.setdefault(key, []).append((memory_id, op))
         with self._lock:
-            for key, memory_id, op in changes:
+            for key, changed in by_agent.items():
                 pending = self._loading.get(key)
                 if pending is not None:
-                    pending.changes.append((memory_id, op))
+                    pending.changes.extend(changed)
                 index = self._agents.get(key)
                 if index is not None:
-                    if apply_one(conn, key, index, memory_id, op):
+                    if apply_many(conn, key, index, collapse(changed)):
                         removed.add(key)
-                    counts[key] = counts.get(key, 0) + 1
-                elif pending is None and self._loader.gone_from_cold(conn, key, memory_id, op):
-                    removed.add(key)
+                    counts[key] = len(changed)
+                elif pending is None:
+                    if any(self._loader.gone_from_cold(conn, key, *one) for one in changed):
+                        removed.add(key)
+                    before = self._cold.get(key, 0)
+                    cold = self._cold[key] = before + len(changed)
+                    if cold // ADOPT_AFTER > before // ADOPT_AFTER:
+                        adopt.append(key)
             if self._reader is not None:
                 for index in self._agents.values():
                     if index.complete is not None:
@@ -375,6 +387,9 @@ class MemoryIndex:
             self._shrink()
         if self._saver is not None:
             for key, count in counts.items():
-                self._saver.changed(key, count)
+                found = self._agents.get(key)
+                self._saver.changed(key, count, rows=0 if found is None else len(found.ids))
             for key in removed:
                 self._saver.removed(key)
+            for key in adopt:
+                self._saver.adopt(key)

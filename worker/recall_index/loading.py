@@ -1,7 +1,8 @@
 """Where an agent's index comes from, and how it is brought up to date: its persisted snapshot
 (worker/recall_index/persist.py) caught up with the change log, or its rows read from SQLite;
-and one memory's change applied to an index (`apply_one`). None of it takes the index's lock:
-worker/recall_index/index.py decides when it runs and installs what it returns.
+and the changes of an agent's memories applied to an index (`apply_many`). None of it takes
+the index's lock: worker/recall_index/index.py decides when it runs and installs what it
+returns.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable, Iterable
 import apsw
 import structlog
 
-from worker.recall_index.agent_index import ROW_SQL, AgentIndex, AgentKey
+from worker.recall_index.agent_index import ROW_SQL, AgentIndex, AgentKey, Row
 from worker.recall_index.changes import LogGap, Mark, changes_since, last_mark
 from worker.recall_index.frozen import Frozen, freeze
 from worker.recall_index.mapping import read_at_random
@@ -21,6 +22,8 @@ log = structlog.get_logger()
 # A forgotten memory (contract section 12), or one whose recall policy is `never` (section 13),
 # is never recalled: not loaded, dropped once forgotten, back once restored.
 RECALLABLE = " AND forgotten_at IS NULL AND recall_policy != 'never'"
+# Rows read per query when many changes are applied at once.
+BATCH = 500
 
 
 class Loader:
@@ -61,10 +64,10 @@ class Loader:
 
     def open_persisted(
         self, key: AgentKey, conn: apsw.Connection
-    ) -> tuple[AgentIndex, bool] | None:
-        """The agent's snapshot caught up with the change log, and whether the catch-up removed
-        a row it holds; None (and the snapshot dropped when it is damaged or cannot be caught
-        up) to load from SQLite instead."""
+    ) -> tuple[AgentIndex, bool, int] | None:
+        """The agent's snapshot caught up with the change log, whether the catch-up removed a
+        row it holds, and how many changes it replayed; None (and the snapshot dropped when it
+        is damaged or cannot be caught up) to load from SQLite instead."""
         if self.store is None:
             return None
         try:
@@ -79,13 +82,11 @@ class Loader:
             for matrix in loaded.vectors.values() if self.codes else ():
                 read_at_random(matrix)
             loaded.rebuild_bounds()  # not persisted: one pass over three columns
-            removed = False
             with conn:  # one read transaction: the changes and the rows they name
                 changes = changes_since(conn, key, mark)
-                for memory_id, op in collapse(changes).items():
-                    removed |= apply_one(conn, key, loaded, memory_id, op)
+                removed = apply_many(conn, key, loaded, collapse(changes))
                 loaded.complete = last_mark(conn)
-            return loaded, removed
+            return loaded, removed, len(changes)
         except (LogGap, ValueError, OSError, KeyError, TypeError) as error:
             log.warning("index.snapshot_unusable", error=f"{type(error).__name__}: {error}")
             self.store.drop(key)
@@ -130,21 +131,31 @@ def collapse(changes: Iterable[tuple[str, str]]) -> dict[str, str]:
     return found
 
 
-def apply_one(
-    conn: apsw.Connection, key: AgentKey, index: AgentIndex, memory_id: str, op: str
+def apply_many(
+    conn: apsw.Connection, key: AgentKey, index: AgentIndex, changes: dict[str, str]
 ) -> bool:
-    """Bring one memory of the agent's index to its row as conn now reads it (absent, or no
-    longer this tenant's agent's: removed), so that an index never holds another's memory;
-    whether a row that may be on disk was removed (`AgentIndex.remove`)."""
+    """Bring each of the agent's changed memories (`collapse`d) to its row as conn now reads it
+    (absent, or no longer this tenant's agent's: removed), so that an index never holds
+    another's memory; whether a row that may be on disk was removed (`AgentIndex.remove`).
+    The rows are read in a few queries, and new memories appended without looking their ids up
+    one by one: a commit of stores is most of what an agent's index follows."""
     removed = False
-    if op in ("delete", "readd"):
-        removed = index.remove(memory_id)
-        if op == "delete":
-            return removed
-    row = conn.execute(
-        ROW_SQL + f" WHERE id = ? AND tenant = ? AND agent_id = ?{RECALLABLE}", (memory_id, *key)
-    ).fetchone()
-    if row is None:
-        return index.remove(memory_id) or removed
-    index.upsert(row)
+    for memory_id, op in changes.items():
+        if op in ("delete", "readd"):
+            removed |= index.remove(memory_id)
+    wanted = [memory_id for memory_id, op in changes.items() if op != "delete"]
+    rows: dict[str, Row] = {}
+    for start in range(0, len(wanted), BATCH):
+        chunk = wanted[start : start + BATCH]
+        marks = ",".join("?" * len(chunk))
+        # `+tenant`, `+agent_id`: by primary key, not by scanning the agent's rows.
+        sql = f"{ROW_SQL} WHERE id IN ({marks}) AND +tenant = ? AND +agent_id = ?{RECALLABLE}"
+        rows.update((row[0], row) for row in conn.execute(sql, (*chunk, *key)))
+    new = index.ids.never_held([memory_id for memory_id in wanted if memory_id in rows])
+    for memory_id in wanted:
+        row = rows.get(memory_id)
+        if row is None:
+            removed |= index.remove(memory_id)
+        else:
+            index.upsert(row, new=memory_id in new)
     return removed

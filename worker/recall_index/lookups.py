@@ -31,6 +31,15 @@ class Ids(Sequence[str]):
         newest = self._tail_slot.get(memory_id)
         return found if newest is None else [newest, *found]
 
+    def never_held(self, memory_ids: list[str]) -> set[str]:
+        """Those of the ids that no slot has held: new memories, appended without a lookup."""
+        held = self.base.holding(memory_ids)
+        return {
+            memory_id
+            for memory_id, found in zip(memory_ids, held, strict=True)
+            if not found and memory_id not in self._tail_slot
+        }
+
     def __len__(self) -> int:
         return len(self.base) + len(self.tail)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -78,3 +79,35 @@ class FileRows:
                 raise OSError("a snapshot's vector file is shorter than it was written")
             found[on_file] = read.reshape(-1, self.dimensions)
         return found
+
+    def span(self, start: int, stop: int, matrix: np.ndarray) -> npt.NDArray[np.float32]:
+        """matrix[start:stop], the rows the file holds (and were not rewritten) read with one
+        pread, so that writing a snapshot leaves nothing of them mapped in the process."""
+        found = np.empty((stop - start, self.dimensions), dtype=np.float32)
+        end = max(start, min(stop, self.rows))
+        if end > start:
+            size = (end - start) * self._row_bytes
+            data = os.pread(self._file.fileno(), size, self._offset + start * self._row_bytes)
+            if len(data) != size:
+                raise OSError("a snapshot's vector file is shorter than it was written")
+            found[: end - start] = np.frombuffer(data, dtype=np.float32).reshape(
+                -1, self.dimensions
+            )
+            again = np.flatnonzero(self.rewritten[start:end]) + start
+            found[again - start] = matrix[again]
+        found[end - start :] = matrix[end:stop]
+        return found
+
+    def blocks(
+        self, matrix: np.ndarray, rows: int, kept: npt.NDArray[np.int64] | None, size: int
+    ) -> Iterator[npt.NDArray[np.float32]]:
+        """matrix[:rows] (its rows `kept`, when given) in blocks of about `size` bytes."""
+        step = max(1, size // self._row_bytes)
+        if kept is None:
+            for start in range(0, rows, step):
+                yield self.span(start, min(rows, start + step), matrix)
+            return
+        for start in range(0, len(kept), step):
+            slots = kept[start : start + step]
+            low = int(slots[0])
+            yield self.span(low, int(slots[-1]) + 1, matrix)[slots - low]

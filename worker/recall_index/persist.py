@@ -46,14 +46,22 @@ VERSION = 2  # 2: live rows only; the mark's memory id as its tag
 STALE_TEMP_S = 3600.0  # a temporary directory this old was left by a crash
 
 
-# Rows of room for appends an agent gets beyond its rows, at least: in RAM (a load from SQLite)
-# as on disk, so that a small agent costs what it holds (the room was 4096 rows, 6.3 MB of
-# 384-d vectors for an agent of one memory); growth past the room doubles (AgentIndex._grow).
+# Rows of room for appends an agent gets beyond its rows, at least, in RAM (a load from SQLite),
+# so that a small agent costs what it holds (the room was 4096 rows, 6.3 MB of 384-d vectors for
+# an agent of one memory); growth past the room doubles (AgentIndex._grow), copying a mapped
+# column into RAM. On disk the room is a hole, which costs neither disk nor RAM until a row is
+# appended there: a snapshot has room for at least DISK_ROOM appends, more than an agent takes
+# before the saver writes it again (worker/recall_index/saver.py `due`) and it is reopened.
 MIN_ROOM = 16
+DISK_ROOM = 16_384
 
 
 def room(rows: int) -> int:
     return rows + max(MIN_ROOM, rows // 8)
+
+
+def disk_room(rows: int) -> int:
+    return rows + max(DISK_ROOM, rows // 8)
 
 
 def agent_name(key: AgentKey) -> str:
@@ -61,8 +69,9 @@ def agent_name(key: AgentKey) -> str:
     return hashlib.sha256(joined).hexdigest()[:32]
 
 
-# (file name, array, capacity to save it with, rows of it to save: None for all)
-Part = tuple[str, np.ndarray, int | None, np.ndarray | None]
+# (file name, array, capacity to save it with, rows of it to save: None for all, and the file
+# its rows are read from rather than through a mapping, if any)
+Part = tuple[str, np.ndarray, int | None, np.ndarray | None, FileRows | None]
 CODES = -1  # the capacity of a part that is sign codes, laid out (words, rows): `_save_codes`
 
 
@@ -74,18 +83,19 @@ def _arrays(frozen: Frozen) -> Iterator[Part]:
     new_slot = renumbering(frozen.live)
     count = rows if kept is None else len(kept)
     for name, column in frozen.columns.items():
-        yield name, column[:rows], room(count), kept
+        yield name, column[:rows], disk_room(count), kept, None
     for number, (model, (matrix, flags)) in enumerate(frozen.vectors.items()):
-        yield f"vectors.{number}", matrix[:rows], room(count), kept
-        yield f"has_vector.{number}", flags[:rows], room(count), kept
+        source = frozen.file_rows.get(model)
+        yield f"vectors.{number}", matrix[:rows], disk_room(count), kept, source
+        yield f"has_vector.{number}", flags[:rows], disk_room(count), kept, None
         if model in frozen.codes:
-            yield f"codes.{number}", frozen.codes[model][:, :rows], CODES, kept
+            yield f"codes.{number}", frozen.codes[model][:, :rows], CODES, kept, None
     ids = frozen.ids[0].extended(frozen.ids[1])
     ids = ids if kept is None else subset(ids, kept)
     sessions = frozen.sessions[0].extended(frozen.sessions[1])
     for strings, name in ((ids, "ids"), (sessions, "sessions")):
         for part, array in strings.arrays().items():
-            yield f"{name}.{part}", array, None, None
+            yield f"{name}.{part}", array, None, None, None
     tokens, stems, tail = frozen.postings
     postings = tokens.merged(tail)
     if dead:
@@ -96,18 +106,24 @@ def _arrays(frozen: Frozen) -> Iterator[Part]:
         merged_stems = Postings(tokens, stems).merged_stems(new_tokens, len(tokens.keys))
     for name, lists in (("postings", postings), ("stems", merged_stems)):
         for file, array in lists.arrays(name).items():
-            yield file, array, None, None
+            yield file, array, None, None, None
     for name, (base, slots) in frozen.lists.items():
         merged = base.merged(slots)
         merged = compacted(merged, new_slot) if dead else merged
         for file, array in merged.arrays(name).items():
-            yield file, array, None, None
+            yield file, array, None, None, None
 
 
-def _save(path: Path, array: np.ndarray, capacity: int | None, kept: np.ndarray | None) -> int:
+def _save(
+    path: Path,
+    array: np.ndarray,
+    capacity: int | None,
+    kept: np.ndarray | None,
+    source: FileRows | None = None,
+) -> int:
     """Write an .npy file of array (of its rows `kept`); with a capacity, the rows then a hole
     up to it. Streamed: nothing larger than CHUNK is copied (slices of a contiguous array are
-    written as they are)."""
+    written as they are); rows a `source` file holds are read from it."""
     if capacity == CODES:
         return _save_codes(path, array, kept)
     count = len(array) if kept is None else len(kept)
@@ -115,7 +131,10 @@ def _save(path: Path, array: np.ndarray, capacity: int | None, kept: np.ndarray 
     header = {"descr": np.lib.format.dtype_to_descr(array.dtype), "fortran_order": False}
     with open(path, "wb") as file:
         np.lib.format.write_array_header_1_0(file, {**header, "shape": shape})
-        if kept is None:
+        if source is not None:
+            for block in source.blocks(array, len(array), kept, CHUNK):
+                _write_flat(file, block)
+        elif kept is None:
             _write_flat(file, array)
         else:
             for chunk in row_chunks(array, kept):
@@ -131,7 +150,7 @@ def _save_codes(path: Path, codes: np.ndarray, kept: np.ndarray | None) -> int:
     word's rows: they are laid out by word, so each word's room is a hole in the middle of the
     file (a seek past it), written a word and chunk at a time."""
     count = codes.shape[1] if kept is None else len(kept)
-    capacity = room(count)
+    capacity = disk_room(count)
     header = {"descr": np.lib.format.dtype_to_descr(codes.dtype), "fortran_order": False}
     with open(path, "wb") as file:
         np.lib.format.write_array_header_1_0(file, {**header, "shape": (len(codes), capacity)})
@@ -188,8 +207,8 @@ class Store:
         temp = self.root / f".tmp-{agent_name(frozen.key)}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         temp.mkdir()
         try:
-            sizes = {f"{name}.npy": _save(temp / f"{name}.npy", array, capacity, kept)
-                     for name, array, capacity, kept in _arrays(frozen)}  # fmt: skip
+            sizes = {f"{name}.npy": _save(temp / f"{name}.npy", array, capacity, kept, source)
+                     for name, array, capacity, kept, source in _arrays(frozen)}  # fmt: skip
             meta = {
                 "version": VERSION, "tenant": frozen.key[0], "agent": frozen.key[1],
                 "rows": int(np.count_nonzero(frozen.live)), "anchor_ms": frozen.anchor_ms,

@@ -55,13 +55,39 @@ class GrowingLists:
         self._arrays[key] = found
         return count == 0
 
+    def add_all(self, keys: Iterable[str], slot: int) -> list[str]:
+        """`add` the slot to each key (a memory's words: one call, not one per word); the keys
+        new here."""
+        arrays, counts, new = self._arrays, self._counts, []
+        for key in keys:
+            found = arrays.get(key)
+            if found is None:
+                found = arrays[key] = np.empty(4, dtype=np.int32)  # unseen until counted
+                self._bytes += found.nbytes + 160
+                new.append(key)
+                count = 0
+            else:
+                count = counts[key]
+                if count == len(found):
+                    grown = np.empty(2 * count, dtype=np.int32)
+                    grown[:count] = found
+                    self._bytes += grown.nbytes - found.nbytes
+                    found = arrays[key] = grown  # a reader's count only slices what is there
+            found[count] = slot
+            counts[key] = count + 1
+        return new
+
     def get(self, key: str) -> Slots | None:
         found = self._arrays.get(key)
-        return None if found is None else found[: self._counts[key]]
+        if found is None:
+            return None
+        return found[: self._counts.get(key, 0)]
 
     def frozen(self) -> dict[str, Slots]:
         """A copy of every list (under the index lock: the writer may be appending)."""
-        return {key: found[: self._counts[key]].copy() for key, found in self._arrays.items()}
+        return {
+            key: found[: self._counts.get(key, 0)].copy() for key, found in self._arrays.items()
+        }
 
     def nbytes(self) -> int:
         return self._bytes
@@ -267,6 +293,13 @@ class Postings(SlotLists):
             self._new_tokens += 1
             return True
         return False
+
+    def add_all(self, keys: Iterable[str], slot: int) -> None:
+        """`add` for each of a memory's words."""
+        for key in self.tail.add_all(keys, slot):
+            if self.base.keys.find(key) < 0:
+                self.new_variants.setdefault(stem(key), []).append(key)
+                self._new_tokens += 1
 
     def variants(self, stemmed: str) -> tuple[str, ...]:
         old = remembered(self._known_variants, stemmed, self._base_variants)

@@ -1,9 +1,17 @@
 """When an agent's index is written to disk (worker/recall_index/persist.py), on a thread of its
 own so that neither the writer nor a recall waits for it: after a load from SQLite (the load
-that a snapshot saves the next start), once an agent has taken SAVE_AFTER changes since its last
-snapshot (a load replays those one row read each), and at a clean shutdown for every agent with
-CLOSE_AFTER changes unsaved or more. One snapshot at a time; a failure is logged and the agent
-tried again later.
+that a snapshot saves the next start), once an agent has taken `due(rows)` changes since its
+last snapshot (SAVE_AFTER, or a share of a large agent's rows: a write costs about what the
+agent holds), and at a clean shutdown for every agent with CLOSE_AFTER changes unsaved or more.
+One snapshot at a time; a failure is logged and the agent tried again later.
+
+The index reaches disk whether or not the agent is ever recalled: an agent that is not loaded
+and takes ADOPT_AFTER changes is loaded here, from the write side (`adopt`), and then kept in
+step and written like a recalled one. After each snapshot of a loaded agent is written the
+agent is opened from it (`reopen`): what it gathered in RAM since (lists' tails, columns copied
+when it outgrew its room) goes back to the mapped files, and its room for appends is renewed.
+A kill -9 leaves the snapshot at most `due(rows)` changes (and those of one snapshot's writing)
+behind, which the next start replays: SAVE_MOST bounds that replay.
 
 A removal (a memory deleted, forgotten, erased, evicted, merged away, moved to another agent,
 set to `recallPolicy: never`, or re-indexed after an edit) of a row that the agent's snapshot on
@@ -30,12 +38,25 @@ from worker.recall_index.persist import Store
 
 log = structlog.get_logger()
 SAVE_AFTER = 2000
+# A large agent is written once this share of its rows changed, but never more than SAVE_MOST
+# changes behind: a kill -9 leaves those to replay (about 60 us each). A write costs about what
+# the agent holds (3.5 us a memory): an eighth is some 30 us a change, a tenth of what a store
+# costs; at a million memories a snapshot every 16 000 changes cost 220 us a store.
+SAVE_SHARE = 1 / 8
+SAVE_MOST = 64_000
+# Changes of an agent that is not loaded after which it is loaded from the write side.
+ADOPT_AFTER = 200
 # At shutdown: fewer changes than this are cheaper to replay at the next start than to write.
 CLOSE_AFTER = 200
 CHECK_S = 5.0
 RETRY_S = 60.0
 # Removals within this long of the first are rewritten out of the snapshot together.
 SETTLE_S = 1.0
+
+
+def due(rows: int) -> int:
+    """Changes after which an agent of `rows` rows is written again."""
+    return min(SAVE_MOST, max(SAVE_AFTER, int(rows * SAVE_SHARE)))
 
 
 class Saver:
@@ -45,14 +66,25 @@ class Saver:
         freeze: Callable[[AgentKey], Frozen | None],
         cold: Callable[[AgentKey], Frozen | None],
         hold: Callable[[AgentKey, Frozen], AbstractContextManager[None]],
+        load: Callable[[AgentKey], object] | None = None,
+        reopen: Callable[[AgentKey], object] | None = None,
     ) -> None:
         """`freeze` takes an agent's state under the index lock (None: no longer loaded);
         `cold` opens an agent that is not loaded from its snapshot, caught up (None: none);
-        `hold` is held while a snapshot is written (the index counts what writing it takes)."""
+        `hold` is held while a snapshot is written (the index counts what writing it takes);
+        `load` loads an agent into the index (adopted from the write side); `reopen` opens a
+        loaded agent again from the snapshot just written."""
         self.store = store
         self._freeze = freeze
         self._cold = cold
         self._hold = hold
+        self._load = load
+        self._reopen = reopen
+        # Agents to load from the write side, and the rows of the agents counted in _unsaved.
+        self._adopt: dict[AgentKey, None] = {}
+        self._rows: dict[AgentKey, int] = {}
+        # Loaded from SQLite: written at the next check, whatever their size.
+        self._fresh: set[AgentKey] = set()
         # Per agent with removals not yet rewritten out: (when it is due, removals so far).
         self._removals: dict[AgentKey, tuple[float, int]] = {}
         self._guard = threading.Lock()
@@ -69,23 +101,37 @@ class Saver:
         self.store.clean()
         self._thread.start()
 
-    def loaded(self, key: AgentKey, *, from_disk: bool) -> None:
+    def loaded(self, key: AgentKey, *, from_disk: bool, rows: int, replayed: int = 0) -> None:
         """Loaded from SQLite: written at the next check (within CHECK_S), not at once, so that
-        the writing does not compete with the recall that waited for the load."""
+        the writing does not compete with the recall that waited for the load. Opened from its
+        snapshot: the changes replayed onto it count as unsaved (so that a snapshot left far
+        behind, by restarts before it was due, is written again)."""
         with self._guard:
-            self._unsaved[key] = 0 if from_disk else SAVE_AFTER
+            self._unsaved[key], self._rows[key] = replayed if from_disk else 0, rows
+            if not from_disk:
+                self._fresh.add(key)
+            self._adopt.pop(key, None)
 
-    def changed(self, key: AgentKey, count: int) -> None:
+    def changed(self, key: AgentKey, count: int, rows: int) -> None:
         with self._guard:
             if key in self._unsaved:
                 self._unsaved[key] += count
-                if self._unsaved[key] >= SAVE_AFTER:
+                self._rows[key] = rows
+                if self._unsaved[key] >= due(rows):
                     self._wake.set()
+
+    def adopt(self, key: AgentKey) -> None:
+        """The agent took ADOPT_AFTER changes while not loaded: load it (on this thread)."""
+        with self._guard:
+            self._adopt[key] = None
+        self._wake.set()
 
     def left(self, key: AgentKey) -> None:
         """The agent left the index: what was not saved is replayed from the log next time."""
         with self._guard:
             self._unsaved.pop(key, None)
+            self._rows.pop(key, None)
+            self._fresh.discard(key)
 
     def removed(self, key: AgentKey) -> None:
         """A row its snapshot may hold was removed: rewrite the snapshot SETTLE_S from now."""
@@ -133,16 +179,27 @@ class Saver:
             self._dropped[key] = self._dropped.get(key, 0) + 1
             self._unsaved.pop(key, None)
             self._removals.pop(key, None)
+            self._adopt.pop(key, None)
+            self._fresh.discard(key)
         self.store.drop(key)
 
-    def _due(self, minimum: int) -> list[AgentKey]:
+    def _due(self, minimum: int | None = None) -> list[AgentKey]:
+        """The agents to write: with `minimum` changes unsaved, else `due` theirs."""
         now = time.monotonic()
         with self._guard:
             return [
                 key
                 for key, count in self._unsaved.items()
-                if count >= minimum and now - self._failed.get(key, -RETRY_S) >= RETRY_S
+                if (
+                    key in self._fresh
+                    or count >= (due(self._rows.get(key, 0)) if minimum is None else minimum)
+                )
+                and now - self._failed.get(key, -RETRY_S) >= RETRY_S
             ]
+
+    def _adopt_due(self) -> list[AgentKey]:
+        with self._guard:
+            return list(self._adopt)
 
     def _run(self) -> None:
         while not self._stop:
@@ -152,10 +209,26 @@ class Saver:
                 if self._stop:
                     break
                 self.rewrite(key)
-            for key in self._due(SAVE_AFTER):
+            for key in self._adopt_due():
+                if self._stop:
+                    break
+                self.adopt_now(key)
+            for key in self._due():
                 if self._stop:
                     break
                 self.save(key)
+
+    def adopt_now(self, key: AgentKey) -> None:
+        """Load an agent from the write side (its snapshot then follows the rules of a loaded
+        agent's); a failure is logged and the agent left to its next changes."""
+        with self._guard:
+            self._adopt.pop(key, None)
+        if self._load is None:
+            return
+        try:
+            self._load(key)
+        except Exception as error:
+            log.error("index.adopt_failed", error=f"{type(error).__name__}: {error}")
 
     def save(self, key: AgentKey, frozen: Frozen | None = None) -> bool:
         """Write the agent's snapshot (of `frozen`, else of the loaded agent); whether it was
@@ -181,6 +254,7 @@ class Saver:
             if key in self._unsaved:
                 self._unsaved[key] = max(0, self._unsaved[key] - before)
             self._failed.pop(key, None)
+            self._fresh.discard(key)
         self.written += 1
         log.info(
             "index.snapshot_written",
@@ -188,15 +262,23 @@ class Saver:
             seconds=round(time.perf_counter() - started, 2),
             path=str(written),
         )
+        if self._reopen is not None and not self._stop and written is not None:
+            try:
+                self._reopen(key)
+            except Exception as error:
+                log.error("index.reopen_failed", error=f"{type(error).__name__}: {error}")
         return True
 
     def close(self) -> None:
-        """Stop, after the snapshot being written, writing every agent with changes unsaved."""
+        """Stop, after the snapshot being written, writing every agent with changes unsaved:
+        those loaded, and those that took ADOPT_AFTER changes without being loaded yet."""
         self._stop = True
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join()
         for key in self._removals_due(every=True):
             self.rewrite(key)
+        for key in self._adopt_due():
+            self.adopt_now(key)
         for key in self._due(CLOSE_AFTER):
             self.save(key)

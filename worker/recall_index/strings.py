@@ -11,6 +11,7 @@ changes from process to process).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from operator import mul
 
 import numpy as np
 import numpy.typing as npt
@@ -18,39 +19,58 @@ import numpy.typing as npt
 MASK = (1 << 64) - 1
 PRIME = 0x100000001B3
 LENGTH_MIX = 0x9E3779B97F4A7C15
+HASH_BYTES = 1 << 22  # bytes of strings `all_hashes` hashes at a time
 
 
 def encode(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
+def _powers(count: int) -> list[int]:
+    found = [1]
+    for _ in range(count - 1):
+        found.append((found[-1] * PRIME) & MASK)
+    return found
+
+
+# PRIME ** i (mod 2 ** 64): a string's hash is then one C-level pass (`sum(map(mul, ...))`),
+# where a Python loop over its bytes cost 10 us a token, paid for each new word a store adds.
+POWERS = _powers(1024)
+
+
 def one_hash(data: bytes) -> int:
-    value, power = 0, 1
-    for byte in data:
-        value = (value + byte * power) & MASK
-        power = (power * PRIME) & MASK
+    powers = POWERS if len(data) <= len(POWERS) else _powers(len(data))
+    value = int(sum(map(mul, data, powers))) & MASK
     return value ^ ((len(data) * LENGTH_MIX) & MASK)
 
 
 def all_hashes(
     blob: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.uint64]:
-    """one_hash of every string, vectorised (uint64 arithmetic wraps as the mask does)."""
+    """one_hash of every string, vectorised (uint64 arithmetic wraps as the mask does), a few
+    MB of strings at a time: the passes take 8 bytes of temporaries a byte (a million ids at
+    once took a GB)."""
     lengths = np.diff(offsets)
     count = len(lengths)
     if count == 0:
         return np.zeros(0, dtype=np.uint64)
     longest = int(lengths.max())
-    powers = np.ones(max(1, longest), dtype=np.uint64)
-    for at in range(1, longest):
-        powers[at] = (int(powers[at - 1]) * PRIME) & MASK
-    position = np.arange(len(blob), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
-    terms = blob.astype(np.uint64) * powers[position]
-    sums = np.zeros(len(blob) + 1, dtype=np.uint64)
-    np.cumsum(terms, dtype=np.uint64, out=sums[1:])
-    value = sums[offsets[1:]] - sums[offsets[:-1]]
+    powers = np.asarray(POWERS[:longest] if longest <= len(POWERS) else _powers(longest), np.uint64)
+    result = np.empty(count, dtype=np.uint64)
+    start = 0
+    while start < count:
+        fits = int(np.searchsorted(offsets, offsets[start] + HASH_BYTES, side="right")) - 1
+        end = min(count, max(start + 1, fits))
+        low, high = int(offsets[start]), int(offsets[end])
+        local = offsets[start : end + 1] - low
+        position = np.arange(high - low, dtype=np.int64) - np.repeat(local[:-1], lengths[start:end])
+        terms = blob[low:high].astype(np.uint64) * powers[position]
+        sums = np.zeros(high - low + 1, dtype=np.uint64)
+        np.cumsum(terms, dtype=np.uint64, out=sums[1:])
+        result[start:end] = sums[local[1:]] - sums[local[:-1]]
+        start = end
     mix = (lengths.astype(np.uint64) * np.uint64(LENGTH_MIX)).astype(np.uint64)
-    result: npt.NDArray[np.uint64] = value ^ mix
+    result ^= mix
     return result
 
 
@@ -87,11 +107,20 @@ class Strings(Sequence[str]):
         if not encoded and len(self) > 0:
             return self
         lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-        offsets = np.concatenate([self.offsets, self.offsets[-1] + np.cumsum(lengths)])
-        blob = np.concatenate([self.blob, np.frombuffer(b"".join(encoded), dtype=np.uint8)])
-        hashes = all_hashes(blob, offsets)
-        order = np.argsort(hashes, kind="stable")
-        return Strings(blob, offsets, hashes[order], order)
+        added = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=added[1:])
+        more = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        # Only the new strings are hashed, and merged into the sorted hashes: equal hashes stay
+        # in position order, as one stable sort of them all would have them.
+        new_hashes = all_hashes(more, added)
+        mine = np.argsort(new_hashes, kind="stable")
+        at = np.searchsorted(self.hashes, new_hashes[mine], side="right")
+        return Strings(
+            np.concatenate([self.blob, more]),
+            np.concatenate([self.offsets, self.offsets[-1] + added[1:]]),
+            np.insert(self.hashes, at, new_hashes[mine]),
+            np.insert(self.order, at, mine + len(self)),
+        )
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {
@@ -137,18 +166,36 @@ class Strings(Sequence[str]):
 
     def positions(self, text: str) -> list[int]:
         """Every position holding this string (ids of dead rows may repeat a live one's)."""
-        if len(self.hashes) == 0:
+        hashes = self.hashes
+        count = len(hashes)
+        if count == 0:
             return []
         data = encode(text)
         key = np.uint64(one_hash(data))
-        low = int(np.searchsorted(self.hashes, key, side="left"))
+        low = int(hashes.searchsorted(key))
         found = []
-        while low < len(self.hashes) and self.hashes[low] == key:
+        while low < count and hashes[low] == key:
             at = int(self.order[low])
             if self.bytes_at(at) == data:
                 found.append(at)
             low += 1
         return found
+
+    def holding(self, texts: list[str]) -> list[bool]:
+        """Whether each string is here: hashed all at once, and only those whose hash is here
+        compared byte by byte (a store's new ids have none: one numpy pass for a batch)."""
+        if len(self.hashes) == 0 or not texts:
+            return [False] * len(texts)
+        encoded = [encode(text) for text in texts]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=offsets[1:])
+        blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        hashes = all_hashes(blob, offsets)
+        low = np.searchsorted(self.hashes, hashes, side="left")
+        hit = (low < len(self.hashes)) & (
+            self.hashes[np.minimum(low, len(self.hashes) - 1)] == hashes
+        )
+        return [bool(h) and bool(self.positions(text)) for h, text in zip(hit, texts, strict=True)]
 
     def find(self, text: str) -> int:
         """The first position of this string; -1 when absent."""

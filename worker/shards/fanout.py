@@ -15,9 +15,11 @@ import apsw
 import msgspec
 from msgspec import UNSET
 
+from handlers.agents import cursor_scope
 from handlers.audit import audit_reply
 from handlers.cursors import decode_cursor, encode_cursor
 from handlers.paging import fitting_page
+from schema.agents import AgentsReply, AgentsRequest, AgentSummary
 from schema.life import AuditEvent, AuditReply, AuditRequest
 from schema.usage import UsageGroup, UsageQueryReply, UsageTotals
 from worker.readers import Readers
@@ -161,3 +163,30 @@ async def audit_pages(req: AuditRequest, partitions: int, ask: Ask, budget: int)
 
 def _read_out(reply: AuditReply, taken: int) -> bool:
     return reply.next_cursor is None and taken == len(reply.events)
+
+
+async def agents_merged(req: AgentsRequest, partitions: int, ask: Ask, budget: int) -> AgentsReply:
+    """One page of a tenant's agents from every partition: an agent lives in one partition, and
+    an agents cursor holds the last agent id, so each partition is asked from the same cursor
+    and the least `limit` ids of their pages are this page. A partition whose page ended early
+    (at `limit` or its budget) may hold ids past its last: none past the least such last is
+    taken yet."""
+    replies = await ask(dict.fromkeys(range(partitions), req))
+    found = sorted(
+        (agent for reply in replies.values() for agent in reply.agents),
+        key=lambda agent: agent.agent_id,
+    )
+    unread = [r.agents[-1].agent_id for r in replies.values() if r.next_cursor and r.agents]
+    if unread:
+        found = [agent for agent in found if agent.agent_id <= min(unread)]
+    more = bool(unread) or len(found) > req.limit
+
+    def cursor_after(n: int) -> str | None:
+        if n == min(req.limit, len(found)) - 1 and not more:
+            return None
+        return encode_cursor(cursor_scope(req), (found[n].agent_id,))
+
+    def reply(agents: list[AgentSummary], cursor: str | None) -> AgentsReply:
+        return AgentsReply(agents=agents, next_cursor=cursor)
+
+    return fitting_page(found, req.limit, budget, reply, cursor_after, "agent")

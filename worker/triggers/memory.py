@@ -155,6 +155,7 @@ async def _ranked(s: Services, req: RecallRequest) -> tuple[RecallReply, Accesse
             reply, now = await s.index.with_snapshot(
                 (tenant, req.agent_id),
                 lambda conn, found: _recall(s, conn, found, req, query_vector, tenant),
+                query=req.query,
             )
     if not reply.memories:
         return reply, None

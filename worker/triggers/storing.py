@@ -23,7 +23,7 @@ from msgspec import UNSET
 
 from handlers.audit import Change
 from handlers.sanitize import Sanitized, sanitize
-from handlers.store import Embedding, check_store, forgotten_content, write_store
+from handlers.store import Embedding, check_store, place_store
 from handlers.switch import switched_off
 from handlers.update import Correction, apply_update, check_update, plan_update
 from schema.base import agent_of
@@ -53,6 +53,8 @@ async def _sanitized(s: Services, texts: list[str]) -> list[Sanitized]:
 
 
 def _merged(parts: list[Sanitized], text: str) -> Sanitized:
+    if not any(part.rules for part in parts):  # most texts: nothing found in any part
+        return Sanitized(text, {}, [], ())
     redactions: Counter[str] = Counter()
     for part in parts:
         redactions.update(part.redactions)
@@ -75,11 +77,13 @@ async def prepare_store(s: Services, req: StoreRequest) -> Prepared:
     check_store(req, s.config.max_content_bytes)
     texts = [req.content] + ([] if req.summary is UNSET or not req.summary else [req.summary])
     parts = await _sanitized(s, texts)
-    clean = msgspec.structs.replace(
-        req,
-        content=parts[0].text,
-        summary=parts[1].text if len(parts) > 1 else req.summary,
-    )
+    clean = req
+    if any(part.text is not text for part, text in zip(parts, texts, strict=True)):
+        clean = msgspec.structs.replace(
+            req,
+            content=parts[0].text,
+            summary=parts[1].text if len(parts) > 1 else req.summary,
+        )
     embedding = await _embedded(s, clean.content, may_defer=True)
     return Prepared(clean, _merged(parts, parts[0].text), embedding)
 
@@ -121,8 +125,7 @@ def apply_store(conn: apsw.Connection, d: Stored) -> tuple[StoreReply, bool]:
     """The reply, and whether it restored a forgotten memory (audited as an unforget)."""
     if switched_off(conn, agent_of(d.request)):
         return NOT_STORED, False
-    restores = forgotten_content(conn, d.request)
-    reply = write_store(
+    reply, restores = place_store(
         conn,
         d.request,
         now=d.at,

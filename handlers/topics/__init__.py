@@ -1,0 +1,10 @@
+"""Topics: the lines of work within a session (contract section 21), pure, no I/O or clock.
+
+words    a message's keyword stems, as recall stems words, and when it is too short to judge
+profile  what a topic is compared by: its recent messages' stems and meaning
+assign   which topic a message belongs to, and which topic a resume query names
+loops    open loops: questions not yet answered, promises and to-dos not yet done
+extract  the built-in title, labels and summary when the LLM service does not answer
+
+Each module imports only modules listed above it; this file imports nothing.
+"""

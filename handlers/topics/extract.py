@@ -1,0 +1,92 @@
+"""The built-in title, labels and summary of a topic: what a topic shows when the LLM service
+does not answer in time (as compaction falls back, contract section 7). Deterministic and
+bounded, made from the topic's own words.
+
+- labels: the keywords used in most of its messages (then most often, then first), each shown
+  as the word it was most often written as;
+- title: the first user sentence holding a label (a topic's opening line usually says what it
+  is about), shortened; else the labels joined;
+- summary: "N messages (k user, m assistant)." then the sentences that hold the most labels,
+  in the order they were said, within SUMMARY_CHARS.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import msgspec
+
+from handlers.text import stem, tokens
+from handlers.topics.loops import sentences
+from handlers.topics.words import keyword_stems
+
+LABELS = 5
+TITLE_CHARS = 80
+SUMMARY_CHARS = 600
+
+
+class TopicText(msgspec.Struct, frozen=True, kw_only=True):
+    title: str
+    labels: list[str]
+    summary: str
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1].rsplit(" ", 1)[0]
+    return cut.rstrip(",;:") + "…"
+
+
+def labels_of(messages: Sequence[tuple[str, str]], count: int = LABELS) -> list[str]:
+    """The topic's keywords, as written: (role, text) pairs in session order."""
+    spread: Counter[str] = Counter()
+    uses: Counter[str] = Counter()
+    first: dict[str, int] = {}
+    written: dict[str, Counter[str]] = {}
+    for _, text in messages:
+        stems = keyword_stems(text)
+        spread.update(stems)
+        for stemmed in stems:
+            first.setdefault(stemmed, len(first))
+        for token in tokens(text):
+            stemmed = stem(token)
+            if stemmed in first:
+                uses[stemmed] += 1
+                written.setdefault(stemmed, Counter())[token] += 1
+    ranked = sorted(first, key=lambda s: (-spread[s], -uses[s], first[s]))
+    return [written[s].most_common(1)[0][0] if s in written else s for s in ranked[:count]]
+
+
+def extract(messages: Sequence[tuple[str, str]]) -> TopicText:
+    """Title, labels and summary from the topic's (role, text) messages in session order."""
+    labels = labels_of(messages)
+    label_stems = {stem(label) for label in labels}
+    said = [(role, sentence) for role, text in messages for sentence in sentences(text) if sentence]
+    title = ""
+    for role, sentence in said:
+        if role == "user" and label_stems & set(keyword_stems(sentence)):
+            title = _cut(sentence, TITLE_CHARS)
+            break
+    title = title or (", ".join(labels).capitalize() if labels else "Untitled")
+    roles = Counter(role for role, _ in messages)
+    counted = ", ".join(f"{n} {r}" for r, n in sorted(roles.items()))
+    header = f"{len(messages)} messages ({counted})." if counted else "0 messages."
+    weight = {
+        index: len(label_stems & set(keyword_stems(sentence)))
+        for index, (_, sentence) in enumerate(said)
+    }
+    chosen: list[int] = []
+    room = SUMMARY_CHARS - len(header)
+    for index in sorted(weight, key=lambda i: (-weight[i], i)):
+        if weight[index] == 0:
+            break
+        line = _cut(said[index][1], 160)
+        if len(line) + 1 > room:
+            continue
+        chosen.append(index)
+        room -= len(line) + 1
+    body = [_cut(said[index][1], 160) for index in sorted(chosen)]
+    return TopicText(title=title, labels=labels, summary=" ".join([header, *body])[:SUMMARY_CHARS])

@@ -1,0 +1,125 @@
+"""Open loops of a topic (contract section 21): questions not yet answered, and promises and
+to-dos not yet done, each with the id of the message that opened it.
+
+Read per sentence, in order, by fixed phrasings (no model):
+- a sentence ending in "?" is a question; a later message of the topic from another role that
+  says something (a sentence that is not a question, with a keyword) answers it;
+- "I'll ...", "let me ...", "I'm going to ..." is a promise of its speaker; "I need to ...",
+  "I have to ...", "remind me to ...", "don't forget to ..." a to-do. A later message of the
+  topic that reports it done ("done", "booked", "I've sent", "here's ...") and shares a
+  keyword with it closes it (a bare "done" closes the latest); a promise only by its speaker.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+import msgspec
+
+from handlers.topics.words import keyword_stems
+
+LoopKind = Literal["question", "promise", "todo"]
+MAX_TEXT = 200  # a loop's text: its sentence, shortened
+
+_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)")
+_APOS = "['’]"
+PROMISE = re.compile(
+    rf"\b(?:I{_APOS}ll|I will|I{_APOS}m going to|I am going to|let me|I{_APOS}m gonna"
+    r"|will do|I promise to)\b",
+    re.IGNORECASE,
+)
+TODO = re.compile(
+    rf"\b(?:I need to|I have to|I{_APOS}ve got to|I must|we need to|we have to|I still need to"
+    rf"|remind me to|don{_APOS}t forget to|need to remember to|to-?do\b|add(?:ing)? it to my list)",
+    re.IGNORECASE,
+)
+DONE = re.compile(
+    rf"\b(?:done|finished|completed|sorted|booked|sent|ordered|checked|called|registered"
+    rf"|bought|fixed|paid|did it|I{_APOS}ve|I have (?:now )?\w+ed|here{_APOS}s|here is"
+    r"|attached|just \w+ed)\b",
+    re.IGNORECASE,
+)
+BARE_DONE = re.compile(r"^\W*(?:all )?(?:done|finished|sorted|did it)\W*$", re.IGNORECASE)
+
+
+class OpenLoop(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """`messageId` is the message that opened it; `role` its speaker."""
+
+    kind: LoopKind
+    text: str
+    message_id: str
+    role: str
+
+
+class LoopMessage(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    role: str
+    text: str
+
+
+def sentences(text: str) -> list[str]:
+    return [found.strip() for found in _SENTENCE.findall(text) if found.strip()]
+
+
+def _short(sentence: str) -> str:
+    text = " ".join(sentence.split())
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
+
+
+def opened(message: LoopMessage) -> list[OpenLoop]:
+    """The loops this message opens, one per sentence at most, in order."""
+    found = []
+    for sentence in sentences(message.text):
+        kind: LoopKind | None = None
+        if sentence.endswith("?"):
+            kind = "question"
+        elif TODO.search(sentence):
+            kind = "todo"
+        elif PROMISE.search(sentence):
+            kind = "promise"
+        if kind is not None:
+            found.append(
+                OpenLoop(kind=kind, text=_short(sentence), message_id=message.id, role=message.role)
+            )
+    return found
+
+
+def _answers(message: LoopMessage) -> bool:
+    return any(
+        not sentence.endswith("?") and keyword_stems(sentence)
+        for sentence in sentences(message.text)
+    )
+
+
+def _closes(loop: OpenLoop, message: LoopMessage, stems: frozenset[str]) -> bool:
+    if loop.kind == "question":
+        return message.role != loop.role and _answers(message)
+    if loop.kind == "promise" and message.role != loop.role:
+        return False
+    reports = [s for s in sentences(message.text) if DONE.search(s) and not s.endswith("?")]
+    return any(stems & set(keyword_stems(s)) for s in reports)
+
+
+def advance(loops: Sequence[OpenLoop], message: LoopMessage) -> list[OpenLoop]:
+    """The topic's open loops after one more of its messages: those it answers or reports done
+    are closed, then those it opens are added."""
+    still = [
+        loop for loop in loops if not _closes(loop, message, frozenset(keyword_stems(loop.text)))
+    ]
+    if BARE_DONE.match(message.text.strip()):
+        for index in range(len(still) - 1, -1, -1):
+            loop = still[index]
+            if loop.kind == "todo" or (loop.kind == "promise" and loop.role == message.role):
+                del still[index]
+                break
+    return still + opened(message)
+
+
+def open_loops(messages: Iterable[LoopMessage]) -> list[OpenLoop]:
+    """A topic's open loops from its messages in session order."""
+    loops: list[OpenLoop] = []
+    for message in messages:
+        loops = advance(loops, message)
+    return loops

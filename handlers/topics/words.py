@@ -1,0 +1,36 @@
+"""A message's keywords for topic assignment: recall's tokens and stopwords, Snowball stems
+(handlers/text.py), without chat filler and numbers, which say nothing of a subject."""
+
+from __future__ import annotations
+
+from handlers.text import STOPWORDS, stem, tokens
+
+# Words of conversation itself: present in every line of work, so they would join any two.
+_FILLER_WORDS = """
+ok okay yes yeah yep no nope thanks thank please hi hello hey sure right well also
+    just really good great nice cool perfect awesome lol hmm ah oh wow maybe would could
+    might must shall will can get got go going want need like know think make see let tell
+    say said back about again one two thing things way lot much many bit still actually
+    probably usually often idea anything something everything time day week question
+    another sorry quick update stuff sec re"""
+FILLER = frozenset(_FILLER_WORDS.split())
+
+# Fewer distinct keywords than this and a message is too short to judge ("ok thanks").
+MIN_KEYWORDS = 2
+
+
+def keyword_stems(text: str) -> tuple[str, ...]:
+    """The message's distinct content stems, in order of first appearance."""
+    found: dict[str, None] = {}
+    for token in tokens(text):
+        if len(token) < 2 or token.isdigit() or token in STOPWORDS or token in FILLER:
+            continue
+        stemmed = stem(token)
+        if stemmed not in FILLER:
+            found[stemmed] = None
+    return tuple(found)
+
+
+def too_short(stems: tuple[str, ...]) -> bool:
+    """An acknowledgement or a word or two: it stays in the active topic."""
+    return len(stems) < MIN_KEYWORDS
