@@ -178,17 +178,9 @@ def _short(
 
 def _count_access(s: Services, accessed: Accessed | None) -> None:
     if accessed is not None:
-        persist = asyncio.create_task(_write_accessed(s, accessed))
+        persist = asyncio.create_task(commit(s, "memory::recall", ACCESS, accessed, durable=False))
         s.background.add(persist)
         persist.add_done_callback(s.background.discard)
-
-
-async def _write_accessed(s: Services, accessed: Accessed) -> None:
-    """After one turn of the event loop, so that the reply, sent meanwhile, is written to the
-    socket first: handed to the writer before it, the write had the writer thread take the GIL
-    from the reply's send."""
-    await asyncio.sleep(0)
-    await commit(s, "memory::recall", ACCESS, accessed, durable=False)
 
 
 async def context(s: Services, req: ContextRequest) -> ContextReply:
