@@ -1,5 +1,6 @@
-"""The README's Layout section names every module and package of the tree, each in the entry of
-the package that holds it, so it cannot fall behind a move or a new module unnoticed."""
+"""docs/layout.md names every module and package of the tree, each in the entry of the package
+that holds it, so it cannot fall behind a move or a new module unnoticed; the README's Layout
+names every top-level folder and points there."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("worker", "handlers", "scheduler", "schema")
 
 
-def layout_entries(readme: str) -> dict[str, str]:
-    """The Layout block's entries by folder: a line that starts with `folder/` opens one, and
+def layout_entries(page: str, heading: str = "## Modules by package") -> dict[str, str]:
+    """The layout block's entries by folder: a line that starts with `folder/` opens one, and
     the indented lines after it belong to it (`worker/recall_index/  per-agent ...`)."""
-    section = readme[readme.index("## Layout") :]
+    section = page[page.index(heading) :]
     block = re.search(r"^```\n(.*?)^```", section, re.S | re.M)
     assert block, "the Layout section has no code block"
     entries: dict[str, str] = {}
@@ -57,13 +58,24 @@ def unnamed(entries: dict[str, str], files: list[str]) -> list[str]:
     return missing
 
 
-def test_the_readme_layout_names_every_module_in_its_packages_entry() -> None:
-    """Each module is named in the entry of its own package (a name elsewhere in the Layout
+def test_docs_layout_names_every_module_in_its_packages_entry() -> None:
+    """Each module is named in the entry of its own package (a name elsewhere in the layout
     does not count), and each package has an entry or is named by its path."""
-    entries = layout_entries((ROOT / "README.md").read_text(encoding="utf-8"))
+    entries = layout_entries((ROOT / "docs" / "layout.md").read_text(encoding="utf-8"))
     assert set(PACKAGES) <= {folder.split("/")[0] for folder in entries}
     missing = unnamed(entries, tree())
-    assert not missing, f"README Layout does not name, in its package's entry: {missing}"
+    assert not missing, f"docs/layout.md does not name, in its package's entry: {missing}"
+
+
+def test_the_readme_layout_names_every_top_level_folder_and_points_to_the_modules() -> None:
+    """The README's Layout has an entry for each top-level folder of the checkout that holds
+    code, tests, deployment or docs, and names docs/layout.md for the modules."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    entries = layout_entries(readme, "## Layout")
+    folders = {*PACKAGES, "tests", "deploy", "docs"}
+    assert {folder.rstrip("/") for folder in entries} >= folders
+    assert all((ROOT / folder).is_dir() for folder in folders)
+    assert "docs/layout.md" in readme[readme.index("## Layout") :]
 
 
 def test_a_module_named_only_in_another_packages_entry_is_missing() -> None:
