@@ -94,18 +94,17 @@ async def test_a_long_context_is_cut_to_max_chars_and_says_so(client: Client) ->
 async def test_the_ranked_memories_in_a_context_count_an_access_as_recall_does(
     client: Client,
 ) -> None:
-    # The count is persisted by a write that follows the reply (as recall's is): wait for it to
-    # land (a loaded machine read 0 right after the reply), then it is exactly one.
+    """The count reaches the database by the write that follows the reply (as a recall's does,
+    docs/triggers.md), so memory::get shows it once that is in."""
     memory_id = (await client.store("a", "counted"))["id"]
     await context(client, query="counted")
 
-    async def access_count() -> int:
+    async def count() -> int:
         body = await client.ok("memory::get", {"agentId": "a", "ids": [memory_id]})
-        count: int = body["memories"][0]["accessCount"]
-        return count
+        return int(body["memories"][0]["accessCount"])
 
-    await wait_until(access_count, "the context's access persisted")
-    assert await access_count() == 1
+    await wait_until(count, "the context's access counted in the database")
+    assert await count() == 1
 
 
 @pytest.mark.parametrize(
