@@ -51,11 +51,12 @@ class StoreReply(Reply, frozen=True, omit_defaults=True):
     redactions: dict[str, int] | None = None
     flags: list[str] | None = None
     # The facts its text stated, created or confirmed (section 19); `[]` when none, when
-    # deduplicated, or with MEMORY_WORKER_FACTS=off.
+    # deduplicated, with MEMORY_WORKER_FACTS=off, or while the agent is switched off: the
+    # reply always has it.
     facts: list[str] | None = None
 
 
-NOT_STORED = StoreReply(id=None, stored=False, deduplicated=False, disabled=True)
+NOT_STORED = StoreReply(id=None, stored=False, deduplicated=False, disabled=True, facts=[])
 
 
 class RecallRequest(Filters, frozen=True):

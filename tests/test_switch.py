@@ -19,7 +19,13 @@ from worker.transfer.exporting import export_jsonl
 from worker.transfer.importing import import_jsonl
 
 DAY = 86_400_000
-OFF = {"id": None, "stored": False, "deduplicated": False, "disabled": True}
+OFF: dict[str, Any] = {
+    "id": None,
+    "stored": False,
+    "deduplicated": False,
+    "disabled": True,
+    "facts": [],
+}
 
 
 async def toggle(client: Client, agent: str, enabled: bool) -> Any:
@@ -56,6 +62,20 @@ async def test_a_switched_off_agent_stores_nothing_recalls_nothing_and_gets_it_a
     again = await client.store("a", "a private remark about the launch")
     assert again["stored"] is True and "disabled" not in again
     assert (await client.ok("memory::stats", {}))["agentsDisabled"] == 0
+
+
+async def test_a_switched_off_agents_store_reply_has_empty_facts_and_asserts_none(
+    client: Client, worker: App
+) -> None:
+    """The store reply always has `facts` (contract section 19), also while the agent is off:
+    `[]`, and the fact its text states is not asserted."""
+    await toggle(client, "a", False)
+    reply = await client.ok("memory::store", {"agentId": "a", "content": "I live in Lisbon."})
+    assert reply["facts"] == [] and reply["disabled"] is True
+    assert sql(worker, "SELECT count(*) FROM facts") == [(0,)]
+    await toggle(client, "a", True)
+    again = await client.ok("memory::store", {"agentId": "a", "content": "I live in Lisbon."})
+    assert len(again["facts"]) == 1
 
 
 async def test_toggle_is_idempotent_and_audited_with_the_state_it_set(client: Client) -> None:

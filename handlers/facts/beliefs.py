@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import apsw
 
-from handlers.facts.keys import compared, line_of
+from handlers.facts.keys import ON_LINE, compared, line_of
 from handlers.facts.timeline import recompute, recompute_all
 from schema.base import Agent
 
@@ -36,8 +36,29 @@ class Claim(NamedTuple):
 
 
 class Found(NamedTuple):
-    confirmed: tuple[str, int] | None  # the fact of the same value it confirms: id, valid_from
+    # The fact of the same value it confirms: id, valid_from, confidence, sourced.
+    confirmed: tuple[str, int, float, int] | None
     before: int | None  # the last valid_from before the claim's, when known (else recomputed)
+    follows: str | None = None  # the line's last fact, current: a new fact only ends it
+    alone: bool = False  # the line has no fact: a new one changes no other
+
+
+_ROW = (
+    "SELECT id, valid_from, valid_to, predicate, object_key, confidence, sourced FROM facts "
+    "WHERE " + ON_LINE + " AND expired_at IS NULL"
+)
+_LAST = " ORDER BY valid_from DESC, seq DESC LIMIT 1"
+
+
+def _last_by(conn: apsw.Connection, agent: Agent, line: str, valid_from: int) -> tuple[Any, bool]:
+    """The line's last fact to begin by `valid_from`, and whether the line has none at all.
+    Usually that is the line's last fact of all (facts mostly arrive in order): one row from the
+    index's end, which also says whether the line is empty."""
+    last: Any = conn.execute(_ROW + _LAST, (*agent, line)).fetchone()
+    if last is None or last[1] <= valid_from:
+        return last, last is None
+    found = conn.execute(_ROW + " AND valid_from <= ?" + _LAST, (*agent, line, valid_from))
+    return found.fetchone(), False
 
 
 def _confirmed(
@@ -46,24 +67,21 @@ def _confirmed(
     """The fact of the same value that this claim confirms, if any."""
     # The value holding at validFrom, if any, is the line's last to begin by then (each of the
     # others ends where the next begins): one row, however long the line.
-    last: Any = conn.execute(
-        "SELECT id, valid_from, valid_to, predicate, object_key FROM facts WHERE tenant = ? "
-        "AND agent_id = ? AND line = ? AND expired_at IS NULL AND valid_from <= ? "
-        "ORDER BY valid_from DESC, seq DESC LIMIT 1",
-        (*agent, line, claim.valid_from),
-    ).fetchone()
+    last, empty = _last_by(conn, agent, line, claim.valid_from)
     holds = last is not None and (last[2] is None or claim.valid_from < last[2])
     if holds and (last[3], last[4]) == (claim.predicate, object_key):
-        return Found((str(last[0]), int(last[1])), None)
+        return Found((str(last[0]), int(last[1]), float(last[5]), int(last[6])), None)
     before = None
     if last is None:
         before = claim.valid_from  # nothing began by then: no fact before it
     elif last[1] < claim.valid_from:
         before = int(last[1])
+    if empty:
+        return Found(None, before, alone=True)
     if last is not None and last[2] is None:  # the line's last fact, current: no other is
-        return Found(None, before)
+        return Found(None, before, follows=str(last[0]))
     current = conn.execute(
-        "SELECT id, valid_from FROM facts WHERE tenant = ? AND agent_id = ? "
+        "SELECT id, valid_from, confidence, sourced FROM facts WHERE tenant = ? AND agent_id = ? "
         "AND subject_key = ? AND predicate = ? AND object_key = ? AND valid_to IS NULL "
         "AND expired_at IS NULL",
         (*agent, compared(claim.subject), claim.predicate, object_key),
@@ -71,13 +89,13 @@ def _confirmed(
     if current is None:
         return Found(None, before)
     between = conn.execute(
-        "SELECT 1 FROM facts WHERE tenant = ? AND agent_id = ? AND line = ? "
+        "SELECT 1 FROM facts WHERE " + ON_LINE + " "
         "AND expired_at IS NULL AND valid_from >= ? AND id != ? LIMIT 1",
         (*agent, line, claim.valid_from, current[0]),
     ).fetchone()
     if between is not None:
         return Found(None, before)
-    return Found((str(current[0]), int(current[1])), None)
+    return Found((str(current[0]), int(current[1]), float(current[2]), int(current[3])), None)
 
 
 def add_sources(conn: apsw.Connection, agent: Agent, fact_id: str, sources: Sequence[str]) -> None:
@@ -96,14 +114,15 @@ def assert_fact(
     line = line_of(subject_key, claim.predicate, object_key)
     found = _confirmed(conn, agent, line, claim, object_key)
     if found.confirmed is not None:
-        fact_id, valid_from = found.confirmed
-        conn.execute(
-            "UPDATE facts SET confidence = max(confidence, ?), valid_from = min(valid_from, ?), "
-            "sourced = sourced AND ? WHERE id = ?",
-            (claim.confidence, claim.valid_from, int(bool(claim.sources)), fact_id),
-        )
-        add_sources(conn, agent, fact_id, claim.sources)
+        fact_id, valid_from, confidence, sourced = found.confirmed
         earlier = claim.valid_from < valid_from
+        if earlier or claim.confidence > confidence or (sourced and not claim.sources):
+            conn.execute(
+                "UPDATE facts SET confidence = max(confidence, ?), "
+                "valid_from = min(valid_from, ?), sourced = sourced AND ? WHERE id = ?",
+                (claim.confidence, claim.valid_from, int(bool(claim.sources)), fact_id),
+            )  # else it changes nothing: a confirmation is mostly a source more
+        add_sources(conn, agent, fact_id, claim.sources)
         changed = recompute(conn, agent, line, claim.valid_from) if earlier else []
         return Asserted(fact_id, False, _ended(changed, fact_id))
     conn.execute(
@@ -116,7 +135,16 @@ def assert_fact(
         ),
     )  # fmt: skip
     add_sources(conn, agent, new_id, claim.sources)
-    changed = recompute(conn, agent, line, claim.valid_from, before=found.before)
+    if found.alone:  # the line's only fact: the rule gives it no end
+        changed = []
+    elif found.follows is not None:  # appended: what the rule changes is the one it follows
+        conn.execute(
+            "UPDATE facts SET valid_to = ?, superseded_by = ? WHERE id = ?",
+            (claim.valid_from, new_id, found.follows),
+        )
+        changed = [(found.follows, claim.valid_from)]
+    else:
+        changed = recompute(conn, agent, line, claim.valid_from, before=found.before)
     return Asserted(new_id, True, _ended(changed, new_id))
 
 

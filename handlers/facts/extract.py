@@ -74,19 +74,22 @@ def extract_statements(text: str) -> list[Statement]:
     for number, cue in enumerate(CUE.finditer(text)):
         if number == CUES_READ or heads == HEADS_READ:
             break
-        if HEADS.match(text, cue.start()) is None:  # most cues: no sentence split at all
+        match = HEADS.match(text, cue.start())
+        if match is None:  # most cues: no sentence split at all
             continue
         heads += 1
         if not spans:
             spans = sentences(text)
         start, end = spans[bisect_right(spans, (cue.start(), len(text))) - 1]
         sentence = text[start:end]
-        match = HEADS.match(sentence, cue.start() - start)
-        if match is None:  # the head ran past its sentence's end
-            continue
+        shift = start  # a head within its sentence is the sentence's own: not matched twice
+        if match.end() > end:
+            match, shift = HEADS.match(sentence, cue.start() - start), 0
+            if match is None:  # the head ran past its sentence's end
+                continue
         if start not in asked:
             asked[start] = _asked_from(sentence)
-        statement = _statement(sentence, match, asked[start])
+        statement = _statement(sentence, match, shift, asked[start])
         if statement is not None and statement not in found:
             found.append(statement)
     return found
@@ -116,20 +119,23 @@ def _asked_from(sentence: str) -> int:
     return marks[-1].start() if marks else 0
 
 
-def _statement(sentence: str, match: re.Match[str], asked: int) -> Statement | None:
+def _statement(sentence: str, match: re.Match[str], shift: int, asked: int) -> Statement | None:
+    """The statement a head makes; `shift`: where the sentence starts in the string the head
+    was matched in."""
     phrasing = _BY_GROUP[str(match.lastgroup)]
-    before = sentence[max(0, match.start() - WINDOW) : match.start()].lower()
+    head_start, head_end = match.start() - shift, match.end() - shift
+    before = sentence[max(0, head_start - WINDOW) : head_start].lower()
     if not _stated(before, phrasing):
         return None
     if phrasing.kind == "number":
-        obj, anymore, end = str(match.group("age") or match.group("turned")), False, match.end()
+        obj, anymore, end = str(match.group("age") or match.group("turned")), False, head_end
     else:
         ends_at = w.OBJECT_END[phrasing.kind if phrasing.kind in w.OBJECT_END else ""]
-        found = ends_at.search(sentence, match.end(), match.end() + LONGEST + 1)
-        end = found.start() if found else min(len(sentence), match.end() + LONGEST + 1)
-        if end - match.end() > LONGEST:
+        found = ends_at.search(sentence, head_end, head_end + LONGEST + 1)
+        end = found.start() if found else min(len(sentence), head_end + LONGEST + 1)
+        if end - head_end > LONGEST:
             return None
-        obj, anymore = _trimmed(sentence[match.end() : end], phrasing.kind)
+        obj, anymore = _trimmed(sentence[head_end:end], phrasing.kind)
         checked = _checked(obj, phrasing.kind, sentence)
         if checked is None:
             return None

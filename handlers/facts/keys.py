@@ -10,6 +10,10 @@ SINGLE_VALUED = frozenset(
 )
 # Predicates that end each other: a subject's stance on one object is one timeline.
 OPPOSITES = {"likes": "dislikes", "dislikes": "likes"}
+# A line's facts, in SQL. The unary plus leaves the index and the plan as they are, but stops
+# SQLite (built with STAT4) from preparing a query that orders or bounds a line's facts again
+# at every execution: about 6 µs of its 9, and a store that states a fact runs two or three.
+ON_LINE = "tenant = +? AND agent_id = +? AND line = +?"
 _SPACES = re.compile(r"\s+")
 _SEPARATOR = "\x1f"
 

@@ -43,7 +43,19 @@ ADVERBS = (
     r"|madly|simply|generally|certainly|severely|deathly|highly|mildly|slightly|extremely"
     r"|proudly|permanently|sadly"
 )
-ADV = rf"(?:(?:{ADVERBS})\s+){{0,4}}"
+
+
+def _by_first_letter(words: str) -> str:
+    """The same alternatives, grouped by first letter (in their order within a group): one
+    failed letter skips a group, so the run of adverbs that every head tries is three times
+    cheaper, and what matches, and which alternative first, is unchanged."""
+    groups: dict[str, list[str]] = {}
+    for word in words.split("|"):
+        groups.setdefault(word[0], []).append(word[1:])
+    return "|".join(f"{first}(?:{'|'.join(rests)})" for first, rests in groups.items())
+
+
+ADV = rf"(?:(?:{_by_first_letter(ADVERBS)})\s+){{0,4}}"
 NOT = rf"(?:do\s+not|don{_APOS}?t|dont)\s+"
 NO_LONGER = r"no\s+longer\s+"
 IS = rf"\s*(?:is|{_APOS}s)\s+"

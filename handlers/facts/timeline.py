@@ -15,6 +15,7 @@ from typing import Any
 
 import apsw
 
+from handlers.facts.keys import ON_LINE
 from schema.base import Agent
 
 Changed = list[tuple[str, int | None]]
@@ -34,14 +35,14 @@ def recompute(
     lower = before
     if since is not None and before is None:
         row: Any = conn.execute(
-            "SELECT max(valid_from) FROM facts WHERE tenant = ? AND agent_id = ? AND line = ? "
+            "SELECT max(valid_from) FROM facts WHERE " + ON_LINE + " "
             "AND expired_at IS NULL AND valid_from < ?",
             (*agent, line, since),
         ).fetchone()
         lower = since if row[0] is None else int(row[0])
     rows: list[Any] = conn.execute(
         "SELECT id, valid_from, ended_at, valid_to, superseded_by FROM facts "
-        "WHERE tenant = ? AND agent_id = ? AND line = ? AND expired_at IS NULL "
+        "WHERE " + ON_LINE + " AND expired_at IS NULL "
         "AND valid_from >= ? ORDER BY valid_from, seq",
         (*agent, line, -(2**63) if lower is None else lower),
     ).fetchall()
