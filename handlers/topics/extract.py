@@ -60,6 +60,12 @@ def labels_of(messages: Sequence[tuple[str, str]], count: int = LABELS) -> list[
     return [written[s].most_common(1)[0][0] if s in written else s for s in ranked[:count]]
 
 
+def header_of(roles: Mapping[str, int]) -> str:
+    """The summary's first sentence: how many messages, by role."""
+    counted = ", ".join(f"{n} {r}" for r, n in sorted(roles.items()))
+    return f"{sum(roles.values())} messages ({counted})." if counted else "0 messages."
+
+
 def extract(
     messages: Sequence[tuple[str, str]], roles: Mapping[str, int] | None = None
 ) -> TopicText:
@@ -74,10 +80,7 @@ def extract(
             title = _cut(sentence, TITLE_CHARS)
             break
     title = title or (", ".join(labels).capitalize() if labels else "Untitled")
-    counts = Counter(role for role, _ in messages) if roles is None else Counter(roles)
-    counted = ", ".join(f"{n} {r}" for r, n in sorted(counts.items()))
-    total = sum(counts.values())
-    header = f"{total} messages ({counted})." if counted else "0 messages."
+    header = header_of(Counter(role for role, _ in messages) if roles is None else roles)
     weight = {
         index: len(label_stems & set(keyword_stems(sentence)))
         for index, (_, sentence) in enumerate(said)

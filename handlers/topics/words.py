@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from handlers.text import STOPWORDS, stem, tokens
 
 # Words of conversation itself: present in every line of work, so they would join any two.
@@ -19,8 +21,10 @@ FILLER = frozenset(_FILLER_WORDS.split())
 MIN_KEYWORDS = 2
 
 
+@lru_cache(maxsize=4096)
 def keyword_stems(text: str) -> tuple[str, ...]:
-    """The message's distinct content stems, in order of first appearance."""
+    """The message's distinct content stems, in order of first appearance. Cached: a store
+    reads the same texts again (its topic's open loops, the sentences of its messages)."""
     found: dict[str, None] = {}
     for token in tokens(text):
         if len(token) < 2 or token.isdigit() or token in STOPWORDS or token in FILLER:
