@@ -1,4 +1,5 @@
-"""Every test gets its own real nats-server (on a free port) and its own SQLite file."""
+"""Every test gets its own real nats-server (on a free port) and its own SQLite file, so that
+tests run side by side in pytest-xdist's worker processes (`scripts/test` runs the suite so)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import nats
 import pytest
 import structlog
 
-from tests.support import Client
+from tests.support import HOSTILE_TALLY, Client
 from worker.app import App
 from worker.config import load_config
 from worker.embedded import server_binary
@@ -47,6 +48,41 @@ def stop_nats(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In xdist's workers, the tests marked `slow` first, the longest (`slow(seconds=...)`)
+    first of all: xdist deals tests out in this order, one or two at a time, so that each long
+    test starts early beside the short ones instead of making the run's tail. A run in one
+    process keeps the files' order."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: -expected_seconds(item))
+
+
+def expected_seconds(item: pytest.Item) -> float:
+    """What the test's `slow` mark says it takes (10 s when it says nothing); 0 if unmarked."""
+    mark = item.get_closest_marker("slow")
+    return 0.0 if mark is None else float(mark.kwargs.get("seconds", 10.0))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its tally of hostile requests to the controller."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["hostile_tally"] = dict(HOSTILE_TALLY)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """The controller adds up each worker's tally as the worker ends (an xdist hook)."""
+    HOSTILE_TALLY.update(getattr(node, "workeroutput", {}).get("hostile_tally", {}))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if HOSTILE_TALLY["tried"]:
+        terminalreporter.write_line(
+            f"test_hostile: {HOSTILE_TALLY['refused']} of {HOSTILE_TALLY['tried']} malformed "
+            "requests refused with a 4xx reply"
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)

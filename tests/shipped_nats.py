@@ -4,6 +4,7 @@ directory, for tests that check what its accounts and permissions allow."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -64,6 +65,9 @@ async def shipped_nats(tmp_path: Path) -> AsyncIterator[str]:
     try:
 
         async def worker_connects() -> bool:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) != 0:
+                    return False  # not listening yet (nats-py would retry in 2 s itself)
             try:
                 probe = await nats.connect(
                     url, user="worker", password=password("worker"), allow_reconnect=False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,10 @@ from typing import Any
 
 import msgspec
 import nats.errors
+
+# Malformed requests test_hostile sent and saw refused ("tried", "refused"), in this process;
+# the run's summary adds up every xdist worker's (conftest.py).
+HOSTILE_TALLY: Counter[str] = Counter()
 
 
 async def wait_until(

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import worker_config
 from worker.app import App
 
@@ -32,6 +34,7 @@ TINY_LOCOMO = [
 ]
 
 
+@pytest.mark.slow
 def test_bench_prints_store_recall_echo_rss_and_locomo_figures(tmp_path: Path) -> None:
     """A small run with --json: every figure is present (the Python client's against raw
     requests, and the MCP round trip, too), positive where it must be, and the tiny LoCoMo

@@ -8,12 +8,14 @@ from typing import Any
 
 import nats
 import nats.errors
+import pytest
 from nats.js.api import StreamConfig
 
 from tests.cluster import running_cluster
 from tests.support import wait_until
 
 
+@pytest.mark.slow
 async def test_an_r3_stream_keeps_acknowledged_messages_when_its_leader_is_killed(
     tmp_path: Path,
 ) -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from handlers.context import FOOTER, HEADER
 from tests.handlers.test_context import HOSTILE, assert_sealed
-from tests.support import Client
+from tests.support import Client, wait_until
 
 DAY = 86_400_000
 # 2026-11-30 12:00 UTC
@@ -94,10 +94,17 @@ async def test_a_long_context_is_cut_to_max_chars_and_says_so(client: Client) ->
 async def test_the_ranked_memories_in_a_context_count_an_access_as_recall_does(
     client: Client,
 ) -> None:
+    """The count reaches the database by the write that follows the reply (as a recall's does,
+    docs/triggers.md), so memory::get shows it once that is in."""
     memory_id = (await client.store("a", "counted"))["id"]
     await context(client, query="counted")
-    body = await client.ok("memory::get", {"agentId": "a", "ids": [memory_id]})
-    assert body["memories"][0]["accessCount"] == 1
+
+    async def count() -> int:
+        body = await client.ok("memory::get", {"agentId": "a", "ids": [memory_id]})
+        return int(body["memories"][0]["accessCount"])
+
+    await wait_until(count, "the context's access counted in the database")
+    assert await count() == 1
 
 
 @pytest.mark.parametrize(

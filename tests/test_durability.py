@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +111,9 @@ async def test_a_restart_after_kill_9_replaces_the_orphaned_embedded_server(
     url = f"nats://127.0.0.1:{port}"
 
     async def worker_serving() -> Any:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) != 0:
+                return None  # not listening yet (nats-py would retry in 2 s itself)
         try:
             nc = await nats.connect(url, allow_reconnect=False, connect_timeout=0.5)
         except (OSError, nats.errors.Error, TimeoutError):

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 import nats
+import pytest
 
 from tests.conftest import stop_nats, worker_config
 from tests.shipped_nats import TenantBus, tenant_bus
@@ -122,6 +123,7 @@ async def test_a_tenant_past_its_queue_gets_503_at_once_naming_the_limit_and_oth
     assert other.ok and len(other.body["memories"]) == 1
 
 
+@pytest.mark.alone  # 4 s for 200 texts is the budget tested: other tests' CPU made it 5.8-8 s
 async def test_under_a_steady_stream_of_recalls_stored_texts_get_their_vectors_within_budget(
     tmp_path: Path,
 ) -> None:

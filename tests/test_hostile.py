@@ -13,7 +13,6 @@ import asyncio
 import copy
 import functools
 import re
-from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from schema.errors import WorkerError, one_line
 from schema.limits import MAX_METADATA_BYTES
 from schema.memory import StoreRequest
 from tests.conftest import worker_config
+from tests.support import HOSTILE_TALLY as TALLY
 from tests.support import Client, Reply, wait_until
 from worker.app import App
 from worker.registry import ROUTES
@@ -50,24 +50,6 @@ HOSTILE = settings(
         HealthCheck.data_too_large,
     ],
 )
-# Malformed requests sent and refused across this module, reported when it ends.
-TALLY: Counter[str] = Counter()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def report_tally(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Print how many malformed requests this module sent and how many were refused."""
-    yield
-    plugins = request.config.pluginmanager
-    reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
-    if reporter is None or capture is None or not TALLY["tried"]:
-        return
-    with capture.global_and_fixture_disabled():
-        reporter.ensure_newline()
-        reporter.write_line(
-            f"test_hostile: {TALLY['refused']} of {TALLY['tried']} malformed requests refused "
-            "with a 4xx reply"
-        )
 
 
 # --- the shape of each trigger's request, from its struct -------------------------------------
@@ -593,20 +575,48 @@ def snapshot(db_path: str) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table, read by a connection of our own."""
     conn = apsw.Connection(db_path, flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        tables = [
-            str(row[0])
-            for row in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            )
-        ]
-        return {
-            table: sorted(
-                (tuple(row) for row in conn.execute(f'SELECT * FROM "{table}"')), key=repr
-            )
-            for table in tables
-        }
+        return every_row(conn)
     finally:
         conn.close()
+
+
+def every_row(conn: apsw.Connection) -> dict[str, list[tuple[Any, ...]]]:
+    tables = [
+        str(row[0])
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    ]
+    return {
+        table: sorted((tuple(row) for row in conn.execute(f'SELECT * FROM "{table}"')), key=repr)
+        for table in tables
+    }
+
+
+class Rows:
+    """Every row of every table, as `snapshot` reads them, on one connection kept open; read
+    again only when another connection committed since the last read (SQLite's data_version
+    changes exactly then), which a refused request never does. Thousands of requests are
+    checked per test: reading every table twice for each was most of the module's time."""
+
+    def __init__(self, db_path: str) -> None:
+        self.conn = apsw.Connection(db_path, flags=apsw.SQLITE_OPEN_READONLY)
+        self.version: int | None = None
+        self.rows: dict[str, list[tuple[Any, ...]]] = {}
+
+    def now(self) -> dict[str, list[tuple[Any, ...]]]:
+        version = self.conn.execute("PRAGMA data_version").fetchall()[0][0]
+        assert isinstance(version, int)
+        if version != self.version:  # a commit landing meanwhile changes it again: read anew
+            self.version, self.rows = version, every_row(self.conn)
+        return self.rows
+
+
+@pytest.fixture
+def rows(worker: App) -> Iterator[Rows]:
+    reader = Rows(worker.config.db_path)
+    yield reader
+    reader.conn.close()
 
 
 def assert_refused(case: Case, reply: Reply) -> None:
@@ -622,16 +632,16 @@ def assert_refused(case: Case, reply: Reply) -> None:
         assert any(name in error["message"] for name in names), (case.what, reply)
 
 
-async def send_hostile(client: Client, worker: App, trigger: str, case: Case) -> None:
+async def send_hostile(client: Client, worker: App, rows: Rows, trigger: str, case: Case) -> None:
     """Send one hostile request; it must be refused, change nothing, and leave the worker up."""
     verdict = SHAPES[trigger].verdict(case.body, worker.config.max_content_bytes)
     assert verdict == case.status, f"test bug: {case.what} is not refused locally as {case.status}"
-    before = snapshot(worker.config.db_path)
+    before = rows.now()
     TALLY["tried"] += 1
     reply = await client.raw(trigger, case.body, timeout=10)
     assert_refused(case, reply)
     TALLY["refused"] += 1
-    assert snapshot(worker.config.db_path) == before, case.what
+    assert rows.now() == before, case.what
     still = await client.call("memory::store", {"agentId": "x", "content": "still serving"})
     assert still.ok, (case.what, still)
 
@@ -651,7 +661,7 @@ async def seeded(client: Client) -> Client:
 
 @pytest.mark.parametrize("trigger", TRIGGERS)
 async def test_every_fixed_hostile_request_is_refused_naming_the_field(
-    seeded: Client, worker: App, trigger: str
+    seeded: Client, worker: App, rows: Rows, trigger: str
 ) -> None:
     """Every mutation class at every field of the trigger's request (null, wrong JSON kind,
     out of range, huge numbers, bad tokens, bad UTF-8, deep nesting, missing and unknown keys,
@@ -661,14 +671,14 @@ async def test_every_fixed_hostile_request_is_refused_naming_the_field(
     if trigger == "memory::store":
         cases += store_fixed_cases(worker.config.max_content_bytes)
     for case in cases:
-        await send_hostile(seeded, worker, trigger, case)
+        await send_hostile(seeded, worker, rows, trigger, case)
 
 
 @pytest.mark.parametrize("trigger", TRIGGERS)
 @HOSTILE
 @given(data=st.data())
 async def test_random_hostile_requests_are_refused_and_write_nothing(
-    seeded: Client, worker: App, trigger: str, data: st.DataObject
+    seeded: Client, worker: App, rows: Rows, trigger: str, data: st.DataObject
 ) -> None:
     """Random invalid mutations of a valid request get a 4xx reply (never a timeout) that names
     the field at fault; the database is unchanged and the worker keeps serving."""
@@ -676,7 +686,7 @@ async def test_random_hostile_requests_are_refused_and_write_nothing(
     if trigger == "memory::store":
         strategy = strategy | store_cases(worker.config.max_content_bytes)
     case = data.draw(strategy, label="case")
-    await send_hostile(seeded, worker, trigger, case)
+    await send_hostile(seeded, worker, rows, trigger, case)
 
 
 HOSTILE_TEXT = st.text(min_size=1, max_size=40) | st.sampled_from(

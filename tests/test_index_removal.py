@@ -26,9 +26,14 @@ BOUND_S = SETTLE_S + 9.0
 
 
 def on_disk(path: Path) -> bytes:
-    """Every byte of every file under the database's index directory."""
+    """Every byte of every file under the database's index directory, read again whole when a
+    file listed went before it was read (the saver replacing a snapshot meanwhile)."""
     cache = Path(f"{path}.index")
-    return b"".join(f.read_bytes() for f in sorted(cache.rglob("*")) if f.is_file())
+    while True:
+        try:
+            return b"".join(f.read_bytes() for f in sorted(cache.rglob("*")) if f.is_file())
+        except FileNotFoundError:
+            continue
 
 
 async def gone(path: Path, *texts: str, present: bool = False) -> bool:

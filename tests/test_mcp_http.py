@@ -64,7 +64,7 @@ async def mcp_http(nats_url: str, tokens: str, *args: str) -> AsyncIterator[str]
     command = [*WORKER, "mcp", "--http", str(port), "--nats-url", nats_url, *args]
     process = subprocess.Popen(command, env=clean_env(MEMORY_WORKER_MCP_TOKENS=tokens))
     try:
-        await wait_for_port(port)
+        await wait_for_port(port, process)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()

@@ -125,6 +125,7 @@ def run_example(command: str, cwd: Path, nats_url: str) -> subprocess.CompletedP
     )
 
 
+@pytest.mark.slow
 async def test_every_other_shell_example_exits_zero(
     nats_url: str, worker: App, tmp_path: Path
 ) -> None:

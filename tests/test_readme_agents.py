@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -21,6 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
 
 from schema.life import ListRequest
+from tests.support import wait_until
 from tests.test_client import CONFIG
 from tests.test_readme import section
 from worker.app import App
@@ -164,7 +166,7 @@ async def test_the_http_examples_make_tokens_and_serve_only_what_each_token_may(
         )
         try:
             url = f"http://127.0.0.1:{port}/mcp"
-            await wait_for_port(port)
+            await wait_for_port(port, process)
             auth = {"Authorization": f"Bearer {tokens[name]}"}
             async with (
                 httpx2.AsyncClient(headers={**auth, **headers}) as http,
@@ -200,10 +202,15 @@ async def test_the_http_examples_make_tokens_and_serve_only_what_each_token_may(
         assert contents == ["gateway ships Thursdays", "team-bot ships Thursdays"]
 
 
-async def wait_for_port(port: int) -> None:
-    for _ in range(200):
+async def wait_for_port(port: int, process: subprocess.Popen[Any] | None = None) -> None:
+    """Until something listens on the port; fails at once if the process meant to has exited.
+    The bound is generous: a loaded machine (the suite runs on several processes) took more
+    than 10 s to start `memory-worker mcp --http`, which is not what the tests check."""
+
+    def listening() -> bool:
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the server for port {port} exited ({process.returncode})")
         with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"nothing listens on {port}")
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    await wait_until(listening, f"something listening on {port}", timeout=60, interval=0.05)

@@ -90,6 +90,7 @@ def test_rendezvous_moves_only_the_partitions_a_new_shard_ranks_first_in() -> No
     assert preference(5, ["b", "a"]) == preference(5, ["a", "b"])
 
 
+@pytest.mark.slow
 async def test_an_owner_keeps_its_lease_through_the_death_of_the_buckets_leader(
     tmp_path: Path,
 ) -> None:

@@ -58,7 +58,8 @@ async def client_loop(
     return requests
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=SECONDS)
+@pytest.mark.timeout(SECONDS + 300)
 async def test_mixed_load_for_two_minutes_has_no_errors_and_loses_nothing(
     nats_url: str, tmp_path: Path
 ) -> None:

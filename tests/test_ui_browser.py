@@ -21,6 +21,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.wait import WebDriverWait
 
+from schema.facts import FactAssertRequest, FactQueryRequest
 from schema.kg import Entity, KgAddRequest, Relation
 from schema.life import ListRequest
 from schema.memory import StoreRequest
@@ -223,6 +224,75 @@ def drive(base: str, token: str, shots: Path) -> Visit:
         visit.open("/agent?agent=bob-1")  # another token's agent
         assert visit.h1() == "Not allowed" and "secret plan" not in visit.text()
         visit.shot("refused")
+        return visit
+    finally:
+        driver.quit()
+
+
+async def test_a_person_reads_facts_now_and_then_and_retracts_one_in_chromium(
+    nats_url: str, worker: App, ui_process: tuple[str, str], tmp_path: Path
+) -> None:
+    """From the agent's menu to its facts: Berlin now, Paris on a day of 2025, the history in
+    order; retracting Berlin after its confirmation page brings Paris back. Both pages pass the
+    accessibility pass."""
+    base, token = ui_process
+    await wait_for_port(int(base.rsplit(":", 1)[1]))
+    async with await MemoryClient.connect(nats_url, config=CLIENT) as memory:
+        said = await memory.store(StoreRequest(agent_id="alice-1", content="Maria's flat: Berlin"))
+        assert said.id is not None
+        # Paris from 2025-01-10, Berlin from 2026-03-01 (said in a memory).
+        for obj, since, sources in (
+            ("Paris", 1736467200000, []),
+            ("Berlin", 1772323200000, [said.id]),
+        ):
+            await memory.fact_assert(
+                FactAssertRequest(
+                    agent_id="alice-1", subject="Maria", predicate="lives_in", object=obj,
+                    valid_from=since, sources=sources,
+                )
+            )  # fmt: skip
+        shots = tmp_path / "screenshots"
+        shots.mkdir()
+        visit = await asyncio.to_thread(drive_facts, base, token, shots)
+        now = await memory.fact_query(FactQueryRequest(agent_id="alice-1", predicate="lives_in"))
+        assert [f.object for f in now.facts] == ["Paris"]
+    problems = {path: found for path, found in visit.checked.items() if found}
+    assert not problems, problems
+    assert {"/facts", "/facts/retract"} <= set(visit.checked)
+
+
+def drive_facts(base: str, token: str, shots: Path) -> Visit:
+    driver = chromium()
+    try:
+        visit = Visit(driver, base, shots)
+        visit.open("/agent?agent=alice-1")
+        visit.fill("token", token)
+        visit.press("Sign in")
+        visit.follow("Facts")
+        assert visit.h1() == "Facts of alice-1"
+        now = visit.text().split("History")[0]
+        assert "Berlin" in now and "Paris" not in now
+        history = visit.text().split("History")[1]
+        assert history.index("Paris") < history.index("Berlin") and "past" in history
+        assert len(driver.find_elements(By.CSS_SELECTOR, "svg.timeline rect")) == 2
+        visit.shot("facts")
+        visit.fill("asof", "2025-06-01")
+        visit.press("Show")
+        then = visit.text().split("History")[0]
+        assert "Paris" in then and "Berlin" not in then
+        visit.shot("facts-as-of")
+        visit.open("/facts?agent=alice-1")
+        visit.go(
+            driver.find_element(By.XPATH, '//tr[td[.="Berlin"]]//a[starts-with(., "Retract")]')
+        )
+        assert visit.h1() == "Retract a fact of alice-1?"
+        assert "Maria lives in Berlin" in visit.text()
+        visit.shot("confirm-retract")
+        visit.press("Retract for good")
+        assert "Retracted" in visit.text()
+        now = visit.text().split("History")[0]
+        assert "Paris" in now and "Berlin" not in now
+        visit.shot("retracted")
         return visit
     finally:
         driver.quit()

@@ -61,6 +61,20 @@ class Readers:
         """A connection of its own, for a caller that closes it (index loads)."""
         return open_db(self._path)
 
+    def idle(self) -> bool:
+        """Whether no call is running or waiting on the threads."""
+        with self._guard:
+            return not self._waiting and not self._running
+
+    def here(self, fn: Callable[[apsw.Connection], T]) -> T:
+        """Run fn on the calling thread, on its own connection, inside one read transaction:
+        for a short read while the threads are idle (`idle`), which the trip to a thread and
+        back would double (worker/triggers/memory.py)."""
+        conn = self.connection()
+        with conn:
+            result = fn(conn)
+        return result
+
     async def run(self, fn: Callable[[apsw.Connection], T]) -> T:
         """Run fn on a reader thread inside one read transaction (one consistent snapshot)."""
 
@@ -85,17 +99,25 @@ class Readers:
             if taken is None:
                 return
             key, (call, done) = taken
+            result: Any = None
+            failed: BaseException | None = None
+            run = done.set_running_or_notify_cancel()  # not given up while it waited
             try:
-                if done.set_running_or_notify_cancel():  # not given up while it waited
+                if run:
                     try:
-                        done.set_result(call())
+                        result = call()
                     except BaseException as error:
-                        done.set_exception(error)
+                        failed = error
             finally:
+                # Before its caller hears of it: a caller that then asks `idle` gets yes.
                 with self._guard:
                     self._running[key] -= 1
                     if not self._running[key]:
                         del self._running[key]
+            if failed is not None:
+                done.set_exception(failed)
+            elif run:
+                done.set_result(result)
 
     def _take(self) -> tuple[str, Call] | None:
         for key in list(self._waiting):

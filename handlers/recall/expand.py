@@ -17,8 +17,9 @@ database, clock or bus: a pure function of the columns and the formula.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Unpack
+from typing import Any, Unpack
 
 import msgspec
 import numpy as np
@@ -27,8 +28,8 @@ from msgspec import UNSET
 
 from handlers.recall.columns import Columns
 from handlers.recall.keywords import Terms, keyword_weights
-from handlers.recall.order import Ranked, ids_of
-from handlers.recall.rank import RankOptions, rank_rows
+from handlers.recall.order import Ranked, first_by_id, ids_of
+from handlers.recall.rank import RankOptions, rank_pool
 from handlers.recall.slots import member
 from handlers.recall.vector_index import EXACT
 from handlers.text import query_keywords
@@ -103,21 +104,25 @@ def expanded_rows(
     terms = options["terms"]
     index = options.get("vector_index", EXACT)
     options["vector_index"] = dataclasses.replace(index, keyword_weight=expansion.shortlist_keyword)
-    found = rank_rows(columns, wide, **options)
-    if not found:
+    options["by_id"] = False  # the pool's ties are ordered below, by id only where it matters
+    slots, formula = rank_pool(columns, wide, **options)
+    if len(slots) == 0:
         return []
-    slots = np.array([slot for slot, _ in found], dtype=np.int64)
-    score = np.array([value for _, value in found], dtype=np.float64)
+    score = formula
     if expansion.keyword != FORMULA_KEYWORD_WEIGHT:
-        score += (expansion.keyword - FORMULA_KEYWORD_WEIGHT) * keyword_share(terms, slots)
-    lifted = neighbour_scores(columns, slots, score, expansion)
+        score = formula + (expansion.keyword - FORMULA_KEYWORD_WEIGHT) * keyword_share(terms, slots)
+    lifted = neighbour_scores(
+        columns, slots, score, expansion, among=contenders(score, expansion.lift, req.limit)
+    )
     timestamp = columns.timestamp[slots]
-    # Pool order breaks ties on id (rank's order), so a stable sort on score, then newer, keeps it.
-    order = np.lexsort((-timestamp, -lifted))[: req.limit]
+    # By the stage score, then newer; ties keep the formula's order (its score, newer, then id).
+    order = np.lexsort((-formula, -timestamp, -lifted))
+    keys = (lifted[order], timestamp[order], formula[order])
+    chosen = order[first_by_id(columns, slots[order], keys, req.limit)]
     # Scaled after ranking: a division could round two close scores into a tie.
-    given = np.clip(lifted[order] / expansion.ceiling, 0.0, 1.0)
+    given = np.clip(lifted[chosen] / expansion.ceiling, 0.0, 1.0)
     floor = -1.0 if req.min_score is UNSET else req.min_score
-    kept = zip(slots[order].tolist(), given.tolist(), strict=True)
+    kept = zip(slots[chosen].tolist(), given.tolist(), strict=True)
     return [(slot, score) for slot, score in kept if score >= floor]
 
 
@@ -132,41 +137,130 @@ def keyword_share(terms: Terms, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.
     return share
 
 
+def contenders(
+    score: npt.NDArray[np.float64], lift: float, limit: int
+) -> npt.NDArray[np.bool_] | None:
+    """The pooled memories whose expanded score can reach the top `limit` (None: all may).
+
+    A lift never lowers a score, so the `limit`-th best expanded score is at least the
+    `limit`-th best stage score; and no memory gains more than `lift` of its lead on the pool's
+    best. A memory whose stage score plus that is below the `limit`-th stage score stays out of
+    the top whatever its neighbours, and its neighbours need not be looked at (in floating
+    point as well: each step of the bound is monotone in the lead it replaces)."""
+    if len(score) <= limit or not np.isfinite(score).all():
+        return None
+    kth = np.partition(score, len(score) - limit)[len(score) - limit]
+    best = score.max()
+    reach: npt.NDArray[np.bool_] = score + lift * (best - score) >= kth
+    return reach
+
+
 def neighbour_scores(
     columns: Columns,
     slots: npt.NDArray[np.int64],
     score: npt.NDArray[np.float64],
     expansion: Expansion,
+    among: npt.NDArray[np.bool_] | None = None,
 ) -> npt.NDArray[np.float64]:
-    """score + lift * the largest lead over it of a neighbour in the pool (none: score).
+    """score + lift * the largest lead over it of a neighbour in the pool (none: score), for
+    the pooled memories `among` (None: all; the others keep their score).
 
     Turns are counted in timestamp order among the memories stored within `reach` slots of it,
-    not in slot order: stores sent concurrently may be committed a few places out of order."""
+    not in slot order: stores sent concurrently may be committed a few places out of order.
+
+    Each memory's window (its `reach` slots on either side, inside the agent) is sorted by
+    (timestamp, slot), the memories of other conversations last; its neighbours are the
+    entries up to `turns` places before and after its own, and only those are looked up in the
+    pool. A window all of one conversation and already in time order (memories stored as they
+    were said) is its own order. A memory deleted since it was pooled has no neighbours."""
     reach = expansion.reach
     by_slot = np.argsort(slots)
     sorted_slots = slots[by_slot]
     # Only a memory with another pooled memory within reach can have a pooled neighbour.
-    crowd = np.searchsorted(sorted_slots, slots + reach, side="right")
-    crowd -= np.searchsorted(sorted_slots, slots - reach)
-    busy = np.flatnonzero(crowd > 1)
+    close = np.diff(sorted_slots) <= reach
+    crowded = np.zeros(len(slots), dtype=np.bool_)
+    crowded[by_slot[:-1][close]] = True
+    crowded[by_slot[1:][close]] = True
+    busy = np.flatnonzero(crowded if among is None else crowded & among)
     lifted = score.copy()
     if len(busy) == 0:
         return lifted
-    width = 2 * reach + 1
-    window = slots[busy, None] + np.arange(-reach, reach + 1)[None, :]
-    inside = (window >= 0) & (window < columns.rows)
-    window = np.clip(window, 0, max(columns.rows - 1, 0))
-    session, timestamp = columns.session[window], columns.timestamp[window]
-    own_session, own_time = session[:, [reach]], timestamp[:, [reach]]
-    together = inside & columns.live[window] & (session == own_session)
-    together &= (own_session >= 0) | (np.abs(timestamp - own_time) <= SESSIONLESS_GAP_MS)
-    # Positions in (timestamp, slot) order, memories of other conversations last.
-    order = np.argsort(np.where(together, timestamp, np.iinfo(np.int64).max), axis=1, kind="stable")
-    position = np.empty_like(order)
-    np.put_along_axis(position, order, np.broadcast_to(np.arange(width), order.shape), axis=1)
-    turns = np.abs(position - position[:, [reach]])
-    member = by_slot[np.clip(np.searchsorted(sorted_slots, window), 0, len(slots) - 1)]
-    near = together & (slots[member] == window) & (turns >= 1) & (turns <= expansion.turns)
-    lead = np.where(near, score[member] - score[busy, None], 0.0).max(axis=1)
+    centre = slots[busy]
+    start, own, window = _windows(columns.rows, centre, reach)
+    line = np.arange(len(busy))
+    session, timestamp = window(columns.session), window(columns.timestamp)
+    live = window(columns.live)
+    own_session, own_time = session[line, own], timestamp[line, own]
+    width = session.shape[1]
+    # A window all of the memory's conversation, every memory live and in time order (stored
+    # as they were said) is in its own order; only the others are sorted. (A window moved
+    # inside the agent holds more than the memory's reach: if all of it is, its reach is.)
+    plain = (timestamp[:, 1:] >= timestamp[:, :-1]).all(axis=1)
+    plain &= live.all(axis=1) & (session == own_session[:, None]).all(axis=1)
+    plain &= (own_session >= 0) | (
+        (timestamp[:, -1] - own_time <= SESSIONLESS_GAP_MS)
+        & (own_time - timestamp[:, 0] <= SESSIONLESS_GAP_MS)
+    )
+    turns = np.arange(1, min(expansion.turns, width - 1) + 1)
+    steps = np.concatenate([-turns, turns])[None, :]
+    place = own[:, None] + steps
+    cell = np.clip(place, 0, width - 1)
+    # A window moved inside the agent holds slots past the memory's reach: never neighbours.
+    near = (place >= 0) & (place < width) & (np.abs(steps) <= reach)
+    mixed = np.flatnonzero(~plain)
+    if len(mixed):
+        together = _together(session[mixed], timestamp[mixed], live[mixed], own[mixed], reach)
+        key = np.where(together, timestamp[mixed], np.iinfo(np.int64).max)
+        order = np.argsort(key, axis=1, kind="stable")
+        at = np.argmax(order == own[mixed, None], axis=1)
+        moved = at[:, None] + steps
+        inner = np.arange(len(mixed))[:, None]
+        cell[mixed] = order[inner, np.clip(moved, 0, width - 1)]
+        near[mixed] = (moved >= 0) & (moved < width) & together[inner, cell[mixed]]
+        near[mixed] &= together[inner[:, 0], own[mixed]][:, None]  # deleted since: none
+    other = start[:, None] + cell
+    found = by_slot[np.clip(np.searchsorted(sorted_slots, other), 0, len(slots) - 1)]
+    near &= slots[found] == other
+    lead = np.where(near, score[found] - score[busy, None], 0.0).max(axis=1)
     lifted[busy] += expansion.lift * np.maximum(lead, 0.0)
     return lifted
+
+
+def _together(
+    session: npt.NDArray[np.int32],
+    timestamp: npt.NDArray[np.int64],
+    live: npt.NDArray[np.bool_],
+    own: npt.NDArray[np.int64],
+    reach: int,
+) -> npt.NDArray[np.bool_]:
+    """Which slots of each window (one row each; the memory at `own`) are of its conversation:
+    live, of its session, without one within SESSIONLESS_GAP_MS of it, and within `reach`."""
+    line = np.arange(len(own))
+    together: npt.NDArray[np.bool_] = live & (session == session[line, own][:, None])
+    together &= np.abs(np.arange(session.shape[1]) - own[:, None]) <= reach
+    sessionless = np.flatnonzero(session[line, own] < 0)
+    if len(sessionless):
+        gap = timestamp[sessionless] - timestamp[sessionless, own[sessionless]][:, None]
+        together[sessionless] &= np.abs(gap, out=gap) <= SESSIONLESS_GAP_MS
+    return together
+
+
+Window = Callable[[npt.NDArray[Any]], npt.NDArray[Any]]
+
+
+def _windows(
+    rows: int, centre: npt.NDArray[np.int64], reach: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], Window]:
+    """Each centre's window of `2 * reach + 1` slots, moved inside the agent where it would
+    pass an end (an agent smaller than that: all of it): its first slot, the centre's place in
+    it, and a function gathering a column's values over every window (one row each)."""
+    width = min(2 * reach + 1, rows)
+    start = np.clip(centre - reach, 0, rows - width)
+
+    def window(column: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        view = np.lib.stride_tricks.as_strided(
+            column, (rows - width + 1, width), (column.strides[0],) * 2, writeable=False
+        )
+        return view[start]
+
+    return start, centre - start, window

@@ -4,6 +4,8 @@ far while a ranking reads rows a batch at a time. A ranking is (slot, score), be
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import numpy as np
 import numpy.typing as npt
 from msgspec import UNSET
@@ -16,38 +18,95 @@ from schema.memory import RecallRequest
 Ranked = list[tuple[int, float]]
 
 
+class Pool(NamedTuple):
+    """A ranking as two arrays, for a caller that goes on computing on them (expand.py): no
+    Python pair per memory of a pool of hundreds."""
+
+    slots: npt.NDArray[np.int64]
+    scores: npt.NDArray[np.float64]
+
+    def ranked(self) -> Ranked:
+        return list(zip(self.slots.tolist(), self.scores.tolist(), strict=True))
+
+
+EMPTY = Pool(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
+
+
 def top_of(
     columns: Columns,
     candidates: npt.NDArray[np.int64],
     score: npt.NDArray[np.float64],
     req: RecallRequest,
+    *,
+    by_id: bool = True,
 ) -> Ranked:
+    """`top_pool` as a ranking."""
+    return top_pool(columns, candidates, score, req, by_id=by_id).ranked()
+
+
+def top_pool(
+    columns: Columns,
+    candidates: npt.NDArray[np.int64],
+    score: npt.NDArray[np.float64],
+    req: RecallRequest,
+    *,
+    by_id: bool = True,
+) -> Pool:
     """The first `limit` of the candidates (slots) by score, newer timestamp, then ascending
-    id, without those below `minScore`."""
+    id, without those below `minScore`. Without `by_id` the memories equal on score and
+    timestamp are left in the candidates' order, except those at the cut, which are taken by
+    id: the same memories, in an order a caller sorting on its own keys (expand.py) completes,
+    without reading the ids of the ties inside (most of a long pool of memories stored at the
+    same millisecond)."""
     if len(candidates) > req.limit:
         kth = np.partition(score, len(score) - req.limit)[len(score) - req.limit]
         keep = score >= kth  # every row tied with the k-th competes on the tie-breaks
         candidates, score = candidates[keep], score[keep]
     timestamp = columns.timestamp[candidates]
     order = np.lexsort((-timestamp, -score))
-    if len(order) > req.limit:
-        # Rows that tie the last place on score and timestamp compete on id: keep them all.
-        last = order[req.limit - 1]
-        tied = (score[order] == score[last]) & (timestamp[order] == timestamp[last])
-        order = order[: max(req.limit, int(np.flatnonzero(tied)[-1]) + 1)]
-    slots = candidates[order].tolist()
-    ordered = score[order]
-    tied = (ordered[1:] == ordered[:-1]) & (timestamp[order][1:] == timestamp[order][:-1])
-    if tied.any():  # runs equal on score and timestamp go by ascending id
-        start = 0
-        for end in [*(np.flatnonzero(~tied) + 1).tolist(), len(slots)]:
-            if end - start > 1:
-                slots[start:end] = sorted(slots[start:end], key=lambda at: columns.ids[at])
-            start = end
-    floor = -1.0 if req.min_score is UNSET else req.min_score
-    values = ordered.tolist()
-    kept = zip(slots[: req.limit], values[: req.limit], strict=True)
-    return [(slot, value) for slot, value in kept if value >= floor]
+    places = first_by_id(
+        columns, candidates[order], (score[order], timestamp[order]), req.limit, every=by_id
+    )
+    chosen = order[places]
+    slots, values = candidates[chosen].astype(np.int64, copy=False), score[chosen]
+    above = values >= (-1.0 if req.min_score is UNSET else req.min_score)
+    if not above.all():
+        slots, values = slots[above], values[above]
+    return Pool(slots, values)
+
+
+def first_by_id(
+    columns: Columns,
+    slots: npt.NDArray[np.int64],
+    keys: tuple[npt.NDArray[Any], ...],
+    limit: int,
+    *,
+    every: bool = True,
+) -> list[int]:
+    """Positions of the first `limit` of `slots`, which are in order of `keys` (equal keys: a
+    tie), each run of ties in ascending id order: every run (`every`), or only the run at the
+    cut, whose members compete on id for the places left."""
+    count = len(slots)
+    tied = np.ones(max(count - 1, 0), dtype=np.bool_)
+    for key in keys:
+        tied &= key[1:] == key[:-1]
+    if count > limit:
+        # The run holding the last place, whole: past the cut only its members can compete.
+        after = np.flatnonzero(~tied[limit - 1 :])
+        count = limit + int(after[0]) if len(after) else count
+        tied = tied[: count - 1]
+    places = list(range(count))
+    ends = [*(np.flatnonzero(~tied) + 1).tolist(), count]
+    starts = [0, *ends[:-1]]
+    if not every:  # only the run at the cut, if it reaches past it
+        starts, ends = starts[-1:], ends[-1:]
+        if ends[0] <= limit:
+            return places
+    ids = columns.ids
+    for start, end in zip(starts, ends, strict=True):
+        if end - start > 1:
+            places[start:end] = sorted(places[start:end], key=lambda at: ids[int(slots[at])])
+    return places[:limit]
 
 
 def ids_of(columns: Columns, ranked: Ranked) -> list[tuple[str, float]]:

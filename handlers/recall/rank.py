@@ -19,8 +19,8 @@ from handlers.recall.columns import Columns
 from handlers.recall.filters import excluded_slots, filter_mask
 from handlers.recall.formula import scores
 from handlers.recall.keywords import KeywordMode, Terms, keyword_weights
-from handlers.recall.order import Ranked, ids_of, top_of
-from handlers.recall.topk import FAST_FROM, rank_without_vector
+from handlers.recall.order import EMPTY, Pool, Ranked, ids_of, top_pool
+from handlers.recall.topk import FAST_FROM, pool_without_vector
 from handlers.recall.vector_index import EXACT, VectorIndex, approximate, shortlist_scores
 from handlers.text import query_keywords
 from schema.memory import RecallRequest
@@ -36,6 +36,7 @@ class RankOptions(TypedDict, total=False):
     excluded: set[str] | frozenset[str]
     vector_index: VectorIndex
     terms: Terms
+    by_id: bool
 
 
 def rank(
@@ -55,15 +56,45 @@ def rank_rows(
     excluded: set[str] | frozenset[str] = frozenset(),
     vector_index: VectorIndex = EXACT,
     terms: Terms | None = None,
+    by_id: bool = True,
 ) -> Ranked:
-    """The exact top `limit` as (slot, score): score, then newer timestamp, then ascending id,
-    over the memories that pass the filters (all on the columns); `excluded` holds the ids left
-    out (the pinned memories returned apart). `minScore` drops what ranks below it. Where
-    `vector_index` applies, the top of a shortlist picked with the codes (approximate).
+    """`rank_pool` as (slot, score), best first."""
+    return rank_pool(
+        columns,
+        req,
+        now=now,
+        query_vector=query_vector,
+        keyword_mode=keyword_mode,
+        excluded=excluded,
+        vector_index=vector_index,
+        terms=terms,
+        by_id=by_id,
+    ).ranked()
+
+
+def rank_pool(
+    columns: Columns,
+    req: RecallRequest,
+    *,
+    now: int,
+    query_vector: tuple[str, npt.NDArray[np.float32]] | None,
+    keyword_mode: KeywordMode = "share",
+    excluded: set[str] | frozenset[str] = frozenset(),
+    vector_index: VectorIndex = EXACT,
+    terms: Terms | None = None,
+    by_id: bool = True,
+) -> Pool:
+    """The exact top `limit` as slots and scores (order.py `Pool`): score, then newer
+    timestamp, then ascending id, over the memories that pass the filters (all on the
+    columns); `excluded` holds the ids left out (the pinned memories returned apart).
+    `minScore` drops what ranks below it. Where `vector_index` applies, the top of a
+    shortlist picked with the codes (approximate).
 
     Without a usable query vector a large agent is ranked by topk.py, which scores
     only the memories that can still win; `rank_all` scores every one (and is its reference).
-    `terms`: the query's `keyword_weights`, when the caller has them (they are found once)."""
+    `terms`: the query's `keyword_weights`, when the caller has them (they are found once).
+    Without `by_id`, memories equal on score and timestamp may come in any order but by id
+    (order.py `top_of`): the same memories, for a caller that orders them itself."""
     rows = columns.rows
     bounds = columns.bounds
     if terms is None:
@@ -79,7 +110,7 @@ def rank_rows(
         or bounds is None
         or len(bounds.static) * bounds.block < rows
     ):
-        return rank_all(
+        return all_pool(
             columns,
             req,
             now=now,
@@ -88,18 +119,20 @@ def rank_rows(
             excluded=excluded,
             vector_index=vector_index,
             terms=terms,
+            by_id=by_id,
         )
-    found = rank_without_vector(
+    found = pool_without_vector(
         columns,
         req,
         now=now,
         terms=terms,
         excluded=excluded_slots(columns, excluded),
         bounds=bounds,
+        by_id=by_id,
     )
     if found is not None:
         return found
-    return rank_all(
+    return all_pool(
         columns,
         req,
         now=now,
@@ -107,6 +140,7 @@ def rank_rows(
         keyword_mode=keyword_mode,
         excluded=excluded,
         terms=terms,
+        by_id=by_id,
     )
 
 
@@ -120,29 +154,57 @@ def rank_all(
     excluded: set[str] | frozenset[str] = frozenset(),
     vector_index: VectorIndex = EXACT,
     terms: Terms | None = None,
+    by_id: bool = True,
 ) -> Ranked:
     """`rank` by scoring every memory of the agent that passes the filters (with the codes, of
     a shortlist of them)."""
+    return all_pool(
+        columns,
+        req,
+        now=now,
+        query_vector=query_vector,
+        keyword_mode=keyword_mode,
+        excluded=excluded,
+        vector_index=vector_index,
+        terms=terms,
+        by_id=by_id,
+    ).ranked()
+
+
+def all_pool(
+    columns: Columns,
+    req: RecallRequest,
+    *,
+    now: int,
+    query_vector: tuple[str, npt.NDArray[np.float32]] | None,
+    keyword_mode: KeywordMode = "share",
+    excluded: set[str] | frozenset[str] = frozenset(),
+    vector_index: VectorIndex = EXACT,
+    terms: Terms | None = None,
+    by_id: bool = True,
+) -> Pool:
+    """`rank_all` as arrays."""
     rows = columns.rows
     if rows == 0:
-        return []
+        return EMPTY
     eligible = filter_mask(columns, req, excluded)
     if eligible is None:
-        return []
+        return EMPTY
     if approximate(columns, query_vector, vector_index):
         assert query_vector is not None
         if not eligible.any():
-            return []
+            return EMPTY
         if terms is None:
             terms = keyword_weights(columns, query_keywords(req.query), keyword_mode)
         candidates, score = shortlist_scores(
             columns, terms, eligible, now=now, query_vector=query_vector,
             candidates=vector_index.candidates, keyword_weight=vector_index.keyword_weight,
         )  # fmt: skip
-        return top_of(columns, candidates, score, req)
-    candidates = np.flatnonzero(eligible)
+        return top_pool(columns, candidates, score, req, by_id=by_id)
+    every = bool(eligible.all())  # then every row's score as it is, not a copy of it
+    candidates = np.arange(rows) if every else np.flatnonzero(eligible)
     if len(candidates) == 0:
-        return []
+        return EMPTY
     score = scores(
         columns,
         req.query,
@@ -150,5 +212,5 @@ def rank_all(
         query_vector=query_vector,
         keyword_mode=keyword_mode,
         terms=terms,
-    )[candidates]
-    return top_of(columns, candidates, score, req)
+    )
+    return top_pool(columns, candidates, score if every else score[candidates], req, by_id=by_id)

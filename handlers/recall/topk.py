@@ -26,7 +26,7 @@ from handlers.recall.columns import WEEK_MS, Columns, Posting
 from handlers.recall.filters import Filter
 from handlers.recall.formula import prior
 from handlers.recall.keywords import Terms
-from handlers.recall.order import Ranked, Top, top_of
+from handlers.recall.order import EMPTY, Pool, Ranked, Top, top_pool
 from handlers.recall.slots import Dense, Rows, Scores, in_ranges, member
 from schema.memory import RecallRequest
 
@@ -50,17 +50,45 @@ def rank_without_vector(
     bounds: BlockBounds,
     essential_share: float = ESSENTIAL_SHARE,
     full_scan_share: float = FULL_SCAN_SHARE,
+    by_id: bool = True,
 ) -> Ranked | None:
     """`rank.rank`'s answer without a query vector (`terms`: the query's keyword weights,
     `excluded`: the slots left out), or None when the bounds leave so many memories in play
-    that `rank.rank_all` is faster."""
+    that `rank.rank_all` is faster. `by_id`: as `rank.rank_rows`'s."""
+    found = pool_without_vector(
+        columns,
+        req,
+        now=now,
+        terms=terms,
+        excluded=excluded,
+        bounds=bounds,
+        essential_share=essential_share,
+        full_scan_share=full_scan_share,
+        by_id=by_id,
+    )
+    return None if found is None else found.ranked()
+
+
+def pool_without_vector(
+    columns: Columns,
+    req: RecallRequest,
+    *,
+    now: int,
+    terms: Terms,
+    excluded: Rows,
+    bounds: BlockBounds,
+    essential_share: float = ESSENTIAL_SHARE,
+    full_scan_share: float = FULL_SCAN_SHARE,
+    by_id: bool = True,
+) -> Pool | None:
+    """`rank_without_vector` as arrays (order.py `Pool`)."""
     if columns.rows == 0:
-        return []
+        return EMPTY
     session_code = None
     if req.session_id is not UNSET:
         session_code = columns.session_codes.get(req.session_id)
         if session_code is None:
-            return []
+            return EMPTY
     ranking = Ranking(columns, req, now, terms, Filter(columns, req, excluded, session_code))
     driver = ranking.passes.driver()
     if driver is not None and len(driver) <= columns.rows * essential_share:
@@ -69,7 +97,7 @@ def rank_without_vector(
         essential = ranking.essential(essential_share, bounds)
         if not ranking.blocks(bounds, essential, full_scan_share):
             return None
-    return top_of(columns, ranking.top.rows, ranking.top.scores, req)
+    return top_pool(columns, ranking.top.rows, ranking.top.scores, req, by_id=by_id)
 
 
 class Ranking:

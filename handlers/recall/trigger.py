@@ -79,18 +79,44 @@ def recalled_memories(
 
     A memory evicted since it was ranked is left out rather than brought back.
     """
-    placeholders = ",".join("?" * len(ranked))
-    rows = {
+    rows = recalled_rows(conn, tenant, agent_id, [memory_id for memory_id, _ in ranked])
+    return recall_reply(rows, ranked, access_counts, now=now)
+
+
+# The columns of a recalled row; the access count, last, is the one before this recall's.
+RECALLED_COLUMNS = (
+    "id, role, content, timestamp, session_id, importance, confidence, metadata, summary, "
+    "category, sensitivity, recall_policy, tags, flags, access_count"
+)
+ACCESS_COUNT = 14  # its place in a recalled row
+
+
+def recalled_rows(
+    conn: apsw.Connection, tenant: str, agent_id: str, memory_ids: list[str]
+) -> dict[str, Any]:
+    """The rows of these memories that are still there (not forgotten nor evicted), by id:
+    RECALLED_COLUMNS, whose access count a recall's own count starts from."""
+    placeholders = ",".join("?" * len(memory_ids))
+    return {
         row[0]: row
         for row in conn.execute(
-            "SELECT id, role, content, timestamp, session_id, importance, confidence, "
-            "metadata, summary, category, sensitivity, recall_policy, tags, flags "
+            f"SELECT {RECALLED_COLUMNS} "
             # `+tenant`, `+agent_id`: look rows up by primary key, not by scanning the agent.
             "FROM memories WHERE +tenant = ? AND +agent_id = ? AND forgotten_at IS NULL "
             f"AND id IN ({placeholders})",
-            (tenant, agent_id, *(memory_id for memory_id, _ in ranked)),
+            (tenant, agent_id, *memory_ids),
         )
     }
+
+
+def recall_reply(
+    rows: dict[str, Any],
+    ranked: list[tuple[str, float]],
+    access_counts: dict[str, int],
+    *,
+    now: int,
+) -> RecallReply:
+    """The reply: the ranked memories that have a row and a count, in rank order."""
     memories = []
     for memory_id, score in ranked:
         row = rows.get(memory_id)

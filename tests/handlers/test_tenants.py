@@ -103,6 +103,9 @@ def test_counts_are_of_one_tenant_or_of_all(conn: apsw.Connection) -> None:
         "relations": 0,
         "sessions": 1,
         "audit_events": 0,
+        "facts_current": 0,
+        "facts_past": 0,
+        "facts_retracted": 0,
         "database_bytes": 0,
     }
     assert database_counts(conn)["agents"] == 3

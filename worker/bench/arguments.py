@@ -12,6 +12,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memories", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=64, help="stores in flight")
     parser.add_argument("--recalls", type=int, default=300, help="sequential recalls timed")
+    parser.add_argument(
+        "--floor",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="also ROUNDS rounds of echo round trips then the sequential recalls: recall p50 "
+        "over echo p50, median of the rounds (0: skip)",
+    )
     parser.add_argument("--echo", type=int, default=1000, help="echo round trips timed")
     parser.add_argument("--embedder", choices=["builtin", "bus", "none"])
     parser.add_argument("--keyword", choices=["share", "idf", "stems"])

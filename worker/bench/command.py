@@ -29,6 +29,7 @@ from worker.bench.fact_store import fact_store_rows, run_fact_store
 from worker.bench.facts import run_facts
 from worker.bench.fairness import fairness_rows, run_fairness
 from worker.bench.filtered import measure_filtered
+from worker.bench.floor import measure_floor
 from worker.bench.locomo import measure_locomo
 from worker.bench.mcp_trip import measure_mcp_round_trip
 from worker.bench.merge import run_merge
@@ -112,6 +113,8 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
     results["first_recall_ms"] = round(first_ms, 3)
     sequential = [(await client.timed("memory::recall", q))[0] for q in queries]
     results["recall"] = percentiles(sequential)
+    if args.floor:
+        results["floor"] = await measure_floor(client, floor_client, queries, args.floor)
     # The same queries as memory::context, which an agent framework calls: recall plus rendering.
     results["context"] = percentiles(
         [(await client.timed("memory::context", q))[0] for q in queries]

@@ -252,6 +252,7 @@ async def measure_fairness(args: Any) -> dict[str, Any]:
                 "-m", "worker.bench.flood", user_url(port, "alice"), FLOOD_AGENT, str(lanes),
                 str(kib), "0.1", output=True,
             )  # fmt: skip
+            await flooding(flood)
             await asyncio.sleep(args.settle)
             results["flooded"] = await phase(carol, operator, corpus, seconds, embedding)
             results["flood_counts"] = await flood_counts(flood)
@@ -260,6 +261,17 @@ async def measure_fairness(args: Any) -> dict[str, Any]:
         finally:
             stack.close()
     return with_ratios(results)
+
+
+async def flooding(flood: subprocess.Popen[bytes]) -> None:
+    """Until the flood's lanes run (its first line): its start-up can take seconds on a loaded
+    machine, and a flood stopped before it set up its SIGTERM handler died printing no counts
+    (the flooded phase having been measured without a flood)."""
+    assert flood.stdout is not None
+    line = await asyncio.to_thread(flood.stdout.readline)
+    if line.strip() != b"flooding":
+        raise RuntimeError(f"the flood did not start (exit {flood.poll()}): {line!r}")
+    print("flooding", file=sys.stderr, flush=True)
 
 
 async def flood_counts(flood: subprocess.Popen[bytes]) -> dict[str, Any]:

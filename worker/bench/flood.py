@@ -65,7 +65,7 @@ async def flood(url: str, agent: str, lanes: int, kib: int, backoff: float) -> d
                 counts["failed"] += 1
 
     tasks = [asyncio.create_task(lane(n)) for n in range(lanes)]
-    print("flooding", file=sys.stderr, flush=True)
+    print("flooding", flush=True)  # the bench's flooded phase starts on this line (stdout)
     await stop.wait()
     for task in tasks:
         task.cancel()

@@ -6,6 +6,7 @@ from typing import Any
 
 from worker.bench.evict import eviction_rows
 from worker.bench.filtered import filtered_rows
+from worker.bench.floor import floor_rows
 from worker.bench.mcp_trip import mcp_rows
 from worker.bench.overhead import client_rows
 from worker.bench.quality import locomo_rows
@@ -32,6 +33,7 @@ def table(results: dict[str, Any]) -> str:
         ("first recall (loads the index) ms", results["first_recall_ms"]),
         ("recall p50 / p99 ms", f"{results['recall']['p50_ms']} / {results['recall']['p99_ms']}"),
         ("recall p50 / echo p50", results["recall"]["p50_vs_echo"]),
+        *floor_rows(results),
         (
             "context p50 / p99 ms",
             f"{results['context']['p50_ms']} / {results['context']['p99_ms']}",

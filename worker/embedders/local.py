@@ -59,9 +59,13 @@ class LocalModel(Protocol):
 
 
 def _lower_priority() -> None:
-    """Nice the calling thread (Linux schedules threads one by one; elsewhere, no-op)."""
+    """Nice the calling thread PASSAGE_NICENESS below its own (Linux schedules threads one by
+    one; elsewhere, no-op). Below its own, not to an absolute level: a worker started under
+    `nice -n 15` gave its stored texts 10, above its queries (root may raise a priority)."""
     with contextlib.suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PASSAGE_NICENESS)
+        thread = threading.get_native_id()
+        niceness = os.getpriority(os.PRIO_PROCESS, thread) + PASSAGE_NICENESS
+        os.setpriority(os.PRIO_PROCESS, thread, min(niceness, 19))
 
 
 class BatchingEmbedder:

@@ -373,6 +373,11 @@ class AgentIndex:
         yield from self.session_codes.base.arrays().values()
         yield from (found.rewritten for found in self.file_rows.values())
 
+    def recalled(self) -> tuple[int, int]:
+        """What recalls add to it (access counts held, postings' lookups kept): while this stays
+        the same, so does `nbytes` unless a write changed the agent."""
+        return len(self.access), self.postings.kept()
+
     def nbytes(self) -> int:
         """What it holds in RAM, as the index's memory budget counts it: its arrays (a
         memory-mapped one's pages are the page cache's), lists and lookups, and OVERHEAD for

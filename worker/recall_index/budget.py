@@ -25,6 +25,7 @@ class Budget:
         # Each loaded agent's bytes as last counted (AgentIndex.nbytes), and their sum: counted
         # again when the agent changes or is recalled, not all of them at each load.
         self._sizes: dict[AgentKey, int] = {}
+        self._recalled: dict[AgentKey, tuple[int, int]] = {}  # AgentIndex.recalled when counted
         self._total = 0
         # What the saver holds while it writes a snapshot (`saving`), and the agent it writes.
         self._held = 0
@@ -42,9 +43,23 @@ class Budget:
 
     def _count(self, key: AgentKey) -> None:
         """Count the loaded agent's bytes again (under the lock)."""
-        size = self._agents[key].nbytes()
+        agent = self._agents[key]
+        size = agent.nbytes()
         self._total += size - self._sizes.get(key, 0)
         self._sizes[key] = size
+        self._recalled[key] = agent.recalled()
+
+    def _usable(self, key: AgentKey) -> AgentIndex | None:
+        """Under the lock: the agent's index if loaded and not too fragmented (then loaded
+        again), as used now: the most recently used, counted again if recalls added to it."""
+        found = self._agents.get(key)
+        if found is None or found.dead > max(1024, found.live_count):
+            return None
+        self._agents.move_to_end(key)
+        if found.recalled() != self._recalled.get(key):
+            self._count(key)  # what recalls added since (access counts, words' bits)
+        self._shrink(keep=key)
+        return found
 
     def _shrink(self, keep: AgentKey | None = None) -> None:
         """Least recently used agents leave until the counted bytes are within the budget; never
@@ -55,6 +70,7 @@ class Budget:
                 return
             del self._agents[oldest]
             size = self._sizes.pop(oldest)
+            self._recalled.pop(oldest, None)
             self._total -= size
             self._releaser.freed(size)
             if self._saver is not None:
@@ -91,6 +107,7 @@ class Budget:
                     self._saver.left(key)
             self._agents.clear()
             self._sizes.clear()
+            self._recalled.clear()
             self._cold.clear()
             self._releaser.freed(self._total)
             self._total = 0

@@ -163,17 +163,26 @@ class MemoryIndex(Budget):
         with self._lock:
             return Snapshot(found.columns(), found, self._lock, key)
 
+    def loaded_snapshot(self, key: AgentKey) -> Snapshot | None:
+        """The agent's snapshot if it is loaded and usable and the lock is free now, else None
+        (take `with_snapshot`): for a caller on the event loop, which must not wait."""
+        if key not in self._agents or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            found = self._usable(key)
+            return None if found is None else Snapshot(found.columns(), found, self._lock, key)
+        finally:
+            self._lock.release()
+
     def agent(self, key: AgentKey) -> AgentIndex:
         """The agent's index, loaded if absent or too fragmented; one load per agent at a time,
         which other callers needing that agent wait for (so call it from a thread that may
         block)."""
         with self._lock:
+            usable = self._usable(key)
+            if usable is not None:
+                return usable
             found = self._agents.get(key)
-            if found is not None and found.dead <= max(1024, found.live_count):
-                self._agents.move_to_end(key)
-                self._count(key)  # what recalls added since (access counts, words' bits)
-                self._shrink(keep=key)
-                return found
             pending = self._loading.get(key)
             mine = pending is None
             if pending is None:

@@ -8,7 +8,8 @@ of what was added since, grown in RAM. Slots are int32: an agent holds fewer tha
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -178,18 +179,43 @@ class Csr:
         return sum(int(array.nbytes) for array in arrays if not mapped(array))
 
 
+# Base lookups kept per list (`remembered`), and what each is counted as (key, view, entry).
+KNOWN_KEYS = 4096
+KNOWN_BYTES = 300
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def remembered(known: dict[K, V], key: K, look_up: Callable[[K], V]) -> V:
+    """look_up(key), kept in `known` (emptied past KNOWN_KEYS), for a lookup that never changes
+    its answer. Readers may fill it at once: the worst is a lookup done twice."""
+    try:
+        return known[key]
+    except KeyError:
+        pass
+    found = look_up(key)
+    if len(known) >= KNOWN_KEYS:
+        known.clear()
+    known[key] = found
+    return found
+
+
 class SlotLists(Mapping[str, Slots]):
-    """Key -> slots: the base's then the tail's (a key's slots ascend: the tail's are newer)."""
+    """Key -> slots: the base's then the tail's (a key's slots ascend: the tail's are newer).
+
+    The base's answers are kept (`remembered`): the base never changes, and a lookup in it hashes
+    the key in Python, which was most of a recall's keyword weights at 20 000 memories."""
 
     def __init__(self, base: Csr | None = None) -> None:
         self.base = base or Csr.empty()
         self.tail = GrowingLists()
+        self._known: dict[str, Slots | None] = {}
 
     def add(self, key: str, slot: int) -> bool:
         return self.tail.add(key, slot)
 
     def get(self, key: str, default: object = None) -> Slots | None:  # type: ignore[override]
-        old, new = self.base.get(key), self.tail.get(key)
+        old, new = remembered(self._known, key, self.base.get), self.tail.get(key)
         if old is None or new is None:
             found = new if old is None else old
             return default if found is None else found  # type: ignore[return-value]
@@ -213,7 +239,7 @@ class SlotLists(Mapping[str, Slots]):
         return self.base.merged(tail)
 
     def nbytes(self) -> int:
-        return self.base.nbytes() + self.tail.nbytes()
+        return self.base.nbytes() + self.tail.nbytes() + KNOWN_BYTES * len(self._known)
 
 
 class Postings(SlotLists):
@@ -224,6 +250,7 @@ class Postings(SlotLists):
         self.stems = stems or Csr.empty()  # stem -> positions of its tokens in base.keys
         self.new_variants: dict[str, list[str]] = {}  # stem -> tokens new since the base
         self._new_tokens = 0  # how many new_variants holds
+        self._known_variants: dict[str, tuple[str, ...]] = {}  # the base's, kept
         self._dense: dict[str, Dense | None] = {}
 
     def dense(self, token: str) -> Dense | None:
@@ -243,9 +270,13 @@ class Postings(SlotLists):
         self._dense[token] = made  # two readers making the same bits at once is harmless
         return made
 
+    def kept(self) -> int:
+        """How many lookups it keeps for recalls (bits, base lookups): a recall may add some."""
+        return len(self._dense) + len(self._known) + len(self._known_variants)
+
     def nbytes(self) -> int:
         bits = sum(d.bits.nbytes for d in list(self._dense.values()) if d is not None)
-        variants = 100 * self._new_tokens
+        variants = 100 * self._new_tokens + KNOWN_BYTES * len(self._known_variants)
         return super().nbytes() + self.stems.nbytes() + bits + variants
 
     @classmethod
@@ -271,9 +302,12 @@ class Postings(SlotLists):
                 self._new_tokens += 1
 
     def variants(self, stemmed: str) -> tuple[str, ...]:
-        found = self.stems.get(stemmed)
-        old = () if found is None else tuple(self.base.keys[int(p)] for p in found)
+        old = remembered(self._known_variants, stemmed, self._base_variants)
         return old + tuple(self.new_variants.get(stemmed, ()))
+
+    def _base_variants(self, stemmed: str) -> tuple[str, ...]:
+        found = self.stems.get(stemmed)
+        return () if found is None else tuple(self.base.keys[int(p)] for p in found)
 
     def merged_stems(self, new_tokens: list[str], count: int) -> Csr:
         """The stems' base once `new_tokens` follow the base's `count` tokens."""

@@ -6,6 +6,7 @@ accesses of what the ranking returned. Made by worker/recall_index/index.py unde
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 
 import apsw
 
@@ -43,16 +44,22 @@ class Snapshot:
         self._lock = lock
         self._key = key
 
-    def count_access(self, conn: apsw.Connection, ranked: list[tuple[str, int]]) -> dict[str, int]:
+    def count_access(
+        self,
+        conn: apsw.Connection,
+        ranked: list[tuple[str, int]],
+        known: Mapping[str, int] | None = None,
+    ) -> dict[str, int]:
         """Count one access of each memory in the index, given as (id, its slot in these
         columns); their counts after it. A count not held yet is read from conn first (outside
-        the lock)."""
+        the lock), unless `known` (counts read from conn in this transaction) has it."""
         with self._lock:
             unknown = self._agent.unknown_access(ranked)
-        stored: dict[str, int] = {}
+        stored = {} if known is None else {i: known[i] for i in unknown if i in known}
+        unknown = [memory_id for memory_id in unknown if memory_id not in stored]
         if unknown:
             marks = ",".join("?" * len(unknown))
-            stored = dict(
+            stored |= dict(
                 conn.execute(
                     f"SELECT id, access_count FROM memories WHERE +tenant = ? AND +agent_id = ? "
                     f"AND id IN ({marks})",

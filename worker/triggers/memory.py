@@ -6,8 +6,9 @@ the row's `after` counts what the sanitiser did and leaves a vector the model co
 to the backfill (worker/recall_index/backfill.py), so that a burst of stores does not queue.
 
 Recall and context are flows: they await the query's embedding, rank a snapshot of the agent's
-columns on a reader, and reply without waiting for the writer: the access counts are persisted by
-a non-durable write that follows (at most one batch behind).
+columns on a reader thread (or, when that is short and no reader is busy, on the event loop
+itself: `HERE_ROWS`), and reply without waiting for the writer: the access counts are persisted
+by a non-durable write that follows (at most one batch behind).
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ from worker.services import Services
 from worker.triggers import storing
 from worker.triggers.storing import Prepared
 from worker.writes import Write, commit
+
+# A recall ranks on the event loop itself, not on a reader thread, when no reader is busy (so
+# that it overtakes nothing), the agent is loaded and the ranking is short: at most HERE_ROWS
+# memories, a query of at most HERE_QUERY_CHARS, and at most HERE_VECTOR_VALUES values scored
+# against a query vector (rows x dimensions), a millisecond or two. The trip to a thread and back
+# was 0.2 ms of a 1.2 ms recall at 20 000 memories on the development machine.
+HERE_ROWS = 50_000
+HERE_QUERY_CHARS = 512
+HERE_VECTOR_VALUES = 8_000_000
 
 
 async def stored(s: Services, req: StoreRequest, prepared: Prepared, reply: StoreReply) -> None:
@@ -86,10 +96,14 @@ def _recall(
     if not rows:
         return RecallReply(memories=[], pinned=pinned), now
     ranked = ids_of(found.columns, rows)
+    # The rows, with the access counts they hold, in one read; then this recall's count.
+    memories = recall_handler.recalled_rows(conn, tenant, req.agent_id, [i for i, _ in ranked])
     counts = found.count_access(
-        conn, [(memory_id, slot) for (memory_id, _), (slot, _) in zip(ranked, rows, strict=True)]
+        conn,
+        [(memory_id, slot) for (memory_id, _), (slot, _) in zip(ranked, rows, strict=True)],
+        {memory_id: row[recall_handler.ACCESS_COUNT] for memory_id, row in memories.items()},
     )
-    reply = recall_handler.recalled_memories(conn, tenant, req.agent_id, ranked, counts, now=now)
+    reply = recall_handler.recall_reply(memories, ranked, counts, now=now)
     return msgspec.structs.replace(reply, pinned=pinned), now
 
 
@@ -133,14 +147,36 @@ async def _ranked(s: Services, req: RecallRequest) -> tuple[RecallReply, Accesse
         if req.query.strip():
             [vector] = await s.embedder.embed([req.query], query=True)
             query_vector = None if vector is None else (s.embedder.name, vector)
-        reply, now = await s.index.with_snapshot(
-            (tenant, req.agent_id),
-            lambda conn, found: _recall(s, conn, found, req, query_vector, tenant),
-            query=req.query,
-        )
+        here = _short(s, (tenant, req.agent_id), req, query_vector)
+        if here is not None:
+            reply, now = s.readers.here(
+                lambda conn: _recall(s, conn, here, req, query_vector, tenant)
+            )
+        else:
+            # `formula` promises the exact top `limit`: it waits for a load from SQLite rather
+            # than rank the stand-in that `expanded` ranks meanwhile (with_snapshot).
+            reply, now = await s.index.with_snapshot(
+                (tenant, req.agent_id),
+                lambda conn, found: _recall(s, conn, found, req, query_vector, tenant),
+                query=req.query if s.config.recall == "expanded" else None,
+            )
     if not reply.memories:
         return reply, None
     return reply, Accessed(tenant, req.agent_id, [memory.id for memory in reply.memories], now)
+
+
+def _short(
+    s: Services, key: tuple[str, str], req: RecallRequest, query_vector: tuple[str, Vector] | None
+) -> Snapshot | None:
+    """The agent's snapshot when the recall may rank on the event loop (HERE_ROWS), else None."""
+    if len(req.query) > HERE_QUERY_CHARS or not s.readers.idle():
+        return None
+    found = s.index.loaded_snapshot(key)
+    if found is None or found.columns.rows > HERE_ROWS:
+        return None
+    if query_vector is not None and found.columns.rows * len(query_vector[1]) > HERE_VECTOR_VALUES:
+        return None
+    return found
 
 
 def _count_access(s: Services, accessed: Accessed | None) -> None:

@@ -1,6 +1,7 @@
 """Pictures drawn on the server as SVG data, which the templates turn into markup (autoescaped:
 an entity's id is text in a `<text>` element, never markup): the knowledge graph around an
-entity, in rings by distance, and a bar chart of memories over time."""
+entity, in rings by distance, a bar chart of memories over time, and a fact's values over
+time."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from schema.facts import Fact
 from schema.kg import EntityOut
 from worker.ui.formats import day_of
 
@@ -84,3 +86,40 @@ def day_bars(timestamps: list[int], width: int = 600, height: int = 160) -> list
             max(1.0, round(step - 2, 1)), round(count / most * height, 1))
         for k, (day, count) in enumerate(per_day)
     ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Span:
+    label: str
+    status: str
+    start: str
+    end: str
+    x: float
+    y: float
+    width: float
+
+
+LABELS = 150  # the left part of a timeline, where each value is named
+SPAN_ROW = 20
+
+
+def spans(facts: list[Fact], now: int, width: int = 600) -> list[Span]:
+    """One bar per value (facts in validFrom order), from its validFrom to its validTo, or to
+    now while it holds (a retracted value: to when it would have ended), on one time axis from
+    the first validFrom to now."""
+    if not facts:
+        return []
+    first = min(fact.valid_from for fact in facts)
+    last = max([now, *(fact.valid_to or fact.valid_from for fact in facts)])
+    scale = (width - LABELS) / max(1, last - first)
+    drawn = []
+    for row, fact in enumerate(facts):
+        until = fact.valid_to if fact.valid_to is not None else last
+        label = fact.object if len(fact.object) <= 22 else fact.object[:21] + "…"
+        x = LABELS + (fact.valid_from - first) * scale
+        end = day_of(fact.valid_to) if fact.valid_to is not None else "now"
+        drawn.append(
+            Span(label, fact.status, day_of(fact.valid_from), end, round(x, 1),
+                 row * SPAN_ROW, max(2.0, round((until - fact.valid_from) * scale, 1)))
+        )  # fmt: skip
+    return drawn
