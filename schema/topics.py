@@ -57,3 +57,21 @@ class TopicGetReply(Reply, frozen=True):
     topic: Topic
     messages: list[SessionMessage]
     next_cursor: str | None
+
+
+class SessionResumeRequest(TriggerRequest, frozen=True):
+    """The topic named (`topicId`), else the one `query` names best, else the active one."""
+
+    agent_id: AgentId
+    session_id: SessionId
+    query: Annotated[str, msgspec.Meta(max_length=4096)] | UnsetType = UNSET
+    topic_id: StoredId | UnsetType = UNSET
+    max_chars: Annotated[int, msgspec.Meta(ge=200, le=100_000)] = 4000
+
+
+class SessionResumeReply(Reply, frozen=True):
+    """`topicId` null when the session has no topic yet (the text is then the empty block)."""
+
+    text: str
+    topic_id: str | None
+    truncated: bool

@@ -1,12 +1,21 @@
-"""Topics (contract section 21): memory::topic::list and memory::topic::get, pure reads
-(handlers/topics/reading.py). A message's topic is chosen by memory::store (storing.py)."""
+"""Topics (contract section 21): memory::topic::list, memory::topic::get and
+memory::session::resume, pure reads (handlers/topics/reading.py, resume.py). A message's
+topic is chosen by memory::store (storing.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from handlers.topics.reading import topic_get, topic_list
-from schema.topics import TopicGetReply, TopicGetRequest, TopicListReply, TopicListRequest
+from handlers.topics.resume import session_resume
+from schema.topics import (
+    SessionResumeReply,
+    SessionResumeRequest,
+    TopicGetReply,
+    TopicGetRequest,
+    TopicListReply,
+    TopicListRequest,
+)
 from worker.route import Route
 
 LIST = Route(
@@ -22,4 +31,11 @@ GET = Route(
     read=topic_get,
     bounded_by="limit",
 )
-ROUTES: tuple[Route[Any, Any], ...] = (LIST, GET)
+RESUME = Route(
+    "memory::session::resume",
+    SessionResumeRequest,
+    reply_type=SessionResumeReply,
+    read=session_resume,
+    bounded_by="maxChars",
+)
+ROUTES: tuple[Route[Any, Any], ...] = (LIST, GET, RESUME)
