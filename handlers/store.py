@@ -59,6 +59,8 @@ def check_store(req: StoreRequest, max_content_bytes: int) -> None:
                 f"{MAX_METADATA_BYTES} (at `$.metadata`)"
             )
     check_summary(req.summary)
+    if req.topic_id is not UNSET and req.session_id is UNSET:
+        raise InvalidRequest("topicId names a topic of a session: give sessionId (at `$.topicId`)")
 
 
 class Description(msgspec.Struct, frozen=True):

@@ -14,6 +14,7 @@ from schema.base import (
     Reply,
     Role,
     SessionId,
+    StoredId,
     TriggerRequest,
     Unit,
 )
@@ -36,6 +37,8 @@ class StoreRequest(TriggerRequest, frozen=True):
     sensitivity: Sensitivity = "internal"
     recall_policy: RecallPolicy = "auto"
     tags: Tags | UnsetType = UNSET
+    # The topic of its session it joins (section 21): an existing one, or a new id to start one.
+    topic_id: StoredId | UnsetType = UNSET
 
 
 class StoreReply(Reply, frozen=True, omit_defaults=True):
@@ -54,6 +57,8 @@ class StoreReply(Reply, frozen=True, omit_defaults=True):
     # deduplicated, with MEMORY_WORKER_FACTS=off, or while the agent is switched off: the
     # reply always has it.
     facts: list[str] | None = None
+    # The topic of its session the message is in (section 21); left out without a sessionId.
+    topic_id: str | None = None
 
 
 NOT_STORED = StoreReply(id=None, stored=False, deduplicated=False, disabled=True, facts=[])

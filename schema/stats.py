@@ -87,5 +87,6 @@ class StatsReply(Reply, frozen=True, omit_defaults=True):
     index_agents: int
     schedule: dict[str, JobFigures]
     sanitizer: SanitizerFigures
+    topics: int | None = None  # section 21: the lines of work of sessions
     # Only when the request names an agent: whether its memory is switched on.
     enabled: bool | None = None

@@ -107,6 +107,18 @@ async def scenario(client: Client) -> None:
     await client.store("c", "erased soon")
     await client.ok("memory::erase", {"agentId": "c", "confirm": "c"})
     await client.recall("a", "office")  # its access counts are logged too
+    # Topics (section 21): a new topic, a follow-up joining it, and one named by topicId.
+    trip = await client.store(
+        "t", "Planning a Lisbon trip in May: flights, hotel, trams?", sessionId="w"
+    )
+    await client.store(
+        "t",
+        "Alfama hotels are quiet; I'll check the Lisbon flights.",
+        role="assistant",
+        sessionId="w",
+    )
+    named = await client.store("t", "Separate thread on sourdough", sessionId="w", topicId="bread")
+    assert trip["topicId"] != named["topicId"] == "bread"
     for n in range(3):  # a run of one role that repair folds into one new memory
         await client.store("e", f"part {n} of a long answer", role="assistant", sessionId="r")
     repaired = await client.ok("memory::session::repair", {"agentId": "e", "sessionId": "r"})

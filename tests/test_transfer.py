@@ -42,8 +42,8 @@ TABLES = {
     "flags FROM memories ORDER BY id",
     "sessions": "SELECT * FROM sessions ORDER BY tenant, agent_id, id",
     # positions are renumbered on import; the order is what a session means
-    "session_messages": "SELECT tenant, agent_id, session_id, memory_id, role, timestamp "
-    "FROM session_messages ORDER BY tenant, agent_id, session_id, position",
+    "session_messages": "SELECT tenant, agent_id, session_id, memory_id, role, timestamp, "
+    "topic_id FROM session_messages ORDER BY tenant, agent_id, session_id, position",
     "kg_entities": "SELECT * FROM kg_entities ORDER BY tenant, agent_id, id",
     "kg_relations": "SELECT tenant, agent_id, source, type, target FROM kg_relations ORDER BY seq",
 }
@@ -119,12 +119,12 @@ def fill(conn: apsw.Connection, agent: str, tenant: str = "") -> None:
              (tenant, agent, "s2", NOW + 3, NOW + 3, NOW + 5, NOW + 6)],
         )  # fmt: skip
         conn.executemany(  # positions with gaps: only their order means anything
-            "INSERT INTO session_messages VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(tenant, agent, "s1", 1, ids[0], "assistant", NOW),
-             (tenant, agent, "s1", 2, ids[1], "user", NOW - DAY),
-             (tenant, agent, "s2", 2, ids[2], "system", NOW - 2 * DAY),
-             (tenant, agent, "s2", 5, None, "user", NOW),
-             (tenant, agent, "s2", 9, "gone", "user", NOW + 1)],
+            "INSERT INTO session_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(tenant, agent, "s1", 1, ids[0], "assistant", NOW, "topic-1"),
+             (tenant, agent, "s1", 2, ids[1], "user", NOW - DAY, None),
+             (tenant, agent, "s2", 2, ids[2], "system", NOW - 2 * DAY, None),
+             (tenant, agent, "s2", 5, None, "user", NOW, None),
+             (tenant, agent, "s2", 9, "gone", "user", NOW + 1, None)],
         )  # fmt: skip
         conn.executemany(
             "INSERT INTO kg_entities VALUES (?, ?, ?, ?, ?)",
@@ -296,8 +296,8 @@ def test_an_imported_session_replaces_the_one_in_the_database(
     with target:
         target.execute("INSERT INTO sessions VALUES ('', 'a', 's1', 1, 2, NULL, NULL)")
         target.execute(
-            "INSERT INTO session_messages VALUES ('', 'a', 's1', 1, 'local', 'user', 3), "
-            "('', 'a', 's1', 2, NULL, 'system', 4)"
+            "INSERT INTO session_messages VALUES ('', 'a', 's1', 1, 'local', 'user', 3, NULL), "
+            "('', 'a', 's1', 2, NULL, 'system', 4, NULL)"
         )
     import_jsonl(target, lines_of(export_bytes(source)))
     assert dump(target)["session_messages"] == dump(source)["session_messages"]

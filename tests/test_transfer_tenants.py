@@ -176,7 +176,7 @@ def test_a_file_written_before_tenants_imports_into_the_default_tenant(
              None, None, None, 1, 0, None, None, "note", "internal", "auto", None, None),
         ],
         "sessions": [("", "a", "s1", 1, 1, None, None)],
-        "session_messages": [("", "a", "s1", "m1", "user", 1)],
+        "session_messages": [("", "a", "s1", "m1", "user", 1, None)],
         "kg_entities": [("", "a", "alice", None, "{}")],
         "kg_relations": [("", "a", "alice", "knows", "bob")],
     }  # fmt: skip

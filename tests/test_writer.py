@@ -207,7 +207,8 @@ async def test_a_failed_commit_fails_every_job_of_the_batch(
     def orphan_message(conn: apsw.Connection) -> str:
         conn.execute("PRAGMA defer_foreign_keys = ON")
         conn.execute(
-            "INSERT INTO session_messages VALUES ('', 'a', 'no-such-session', 1, 'x', 'user', 0)"
+            "INSERT INTO session_messages VALUES "
+            "('', 'a', 'no-such-session', 1, 'x', 'user', 0, NULL)"
         )
         return "inserted"  # the statement itself succeeds: the check waits for COMMIT
 

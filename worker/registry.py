@@ -29,6 +29,7 @@ from worker.triggers import (
     memory,
     sessions,
     tasks,
+    topics,
     usage,
 )
 from worker.writes import Write
@@ -45,6 +46,7 @@ ROUTES = table(
     canonical.ROUTES,
     facts.ROUTES,
     agents.ROUTES,
+    topics.ROUTES,
 )
 BY_TRIGGER = {route.trigger: route for route in ROUTES}
 # The trigger of each verb that durable ingestion takes (`kg.add` -> memory::kg::add).

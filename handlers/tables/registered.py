@@ -16,6 +16,7 @@ from handlers.tables import (
     memories,
     sessions,
     task_board,
+    topics,
     usage_records,
 )
 from handlers.tables.table import Table
@@ -26,6 +27,7 @@ MEMORY_TABLES: tuple[Table, ...] = (
     memories.MEMORIES,
     sessions.SESSION_MESSAGES,
     sessions.SESSIONS,
+    topics.TOPICS,
     graph.KG_ENTITIES,
     graph.KG_RELATIONS,
     facts.FACTS,

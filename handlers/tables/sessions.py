@@ -20,13 +20,16 @@ from handlers.tables.records import Record, insert_once, staged
 from handlers.tables.table import Skip, Stat, Table, Transfer, counted, delete_rows
 from schema.base import DEFAULT_TENANT, Millis, Role, StoredId, Tenant
 
-Ref = tuple[str | None, Any, int]  # (memory id, role, timestamp)
+Ref = tuple[str | None, Any, int, str | None]  # (memory id, role, timestamp, topic id)
 
 
-class MessageRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class MessageRef(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     id: str | None  # references are kept as written, dangling ones included
     role: Role
     timestamp: Millis
+    topic: str | None = None  # the topic it is in (handlers/tables/topics.py)
 
 
 class SessionRecord(Record, frozen=True, tag="session"):
@@ -42,9 +45,9 @@ class SessionRecord(Record, frozen=True, tag="session"):
 
 def _messages(conn: apsw.Connection, key: tuple[str, str, str]) -> list[Ref]:
     return [
-        (row[0], row[1], row[2])
+        (row[0], row[1], row[2], row[3])
         for row in conn.execute(
-            "SELECT memory_id, role, timestamp FROM main.session_messages "
+            "SELECT memory_id, role, timestamp, topic_id FROM main.session_messages "
             "WHERE tenant = ? AND agent_id = ? AND session_id = ? ORDER BY position",
             key,
         )
@@ -59,8 +62,8 @@ def export_sessions(conn: apsw.Connection, tenant: str, agent_id: str) -> Iterat
     )
     for session_id, created_at, updated_at, compacted_at, repaired_at in sessions:
         messages = [
-            MessageRef(id=memory_id, role=role, timestamp=timestamp)
-            for memory_id, role, timestamp in _messages(conn, (tenant, agent_id, session_id))
+            MessageRef(id=memory_id, role=role, timestamp=timestamp, topic=topic)
+            for memory_id, role, timestamp, topic in _messages(conn, (tenant, agent_id, session_id))
         ]
         yield SessionRecord(
             tenant=tenant, agent_id=agent_id, id=session_id, created_at=created_at,
@@ -73,7 +76,7 @@ STAGING = """
 CREATE TEMP TABLE transfer_sessions (seq INTEGER PRIMARY KEY, tenant, agent_id, id, created_at,
     updated_at, compacted_at, repaired_at, UNIQUE (tenant, agent_id, id));
 CREATE TEMP TABLE transfer_messages (session_seq INTEGER, position INTEGER, tenant, agent_id,
-    memory_id, role, timestamp, PRIMARY KEY (session_seq, position));
+    memory_id, role, timestamp, topic_id, PRIMARY KEY (session_seq, position));
 CREATE INDEX temp.transfer_messages_by_memory ON transfer_messages (tenant, agent_id, memory_id);
 """
 
@@ -82,9 +85,9 @@ def stage_session(conn: apsw.Connection, r: SessionRecord, tenant: str, line: in
     times = (r.created_at, r.updated_at, r.compacted_at, r.repaired_at)
     insert_once(conn, "transfer_sessions", "session", line, (tenant, r.agent_id), r.id, *times)
     conn.executemany(
-        "INSERT INTO temp.transfer_messages VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO temp.transfer_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         [
-            (line, position, tenant, r.agent_id, ref.id, ref.role, ref.timestamp)
+            (line, position, tenant, r.agent_id, ref.id, ref.role, ref.timestamp, ref.topic)
             for position, ref in enumerate(r.messages, start=1)
         ],
     )
@@ -111,7 +114,7 @@ def _replace_messages(conn: apsw.Connection, key: tuple[str, str, str], refs: li
     )
     conn.executemany(
         "INSERT INTO main.session_messages (tenant, agent_id, session_id, position, memory_id, "
-        "role, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "role, timestamp, topic_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         [(*key, position, *ref) for position, ref in enumerate(refs, start=1)],
     )
 
@@ -128,9 +131,9 @@ def apply_sessions(conn: apsw.Connection, now: int) -> dict[str, int]:
     for seq, tenant, agent_id, session_id, *times in rows:
         key = (str(tenant), str(agent_id), str(session_id))
         refs = [
-            (row[0], row[1], row[2])
+            (row[0], row[1], row[2], row[3])
             for row in conn.execute(
-                "SELECT memory_id, role, timestamp FROM temp.transfer_messages "
+                "SELECT memory_id, role, timestamp, topic_id FROM temp.transfer_messages "
                 "WHERE session_seq = ? ORDER BY position",
                 (seq,),
             )

@@ -5,6 +5,9 @@ profile  what a topic is compared by: its recent messages' stems and meaning
 assign   which topic a message belongs to, and which topic a resume query names
 loops    open loops: questions not yet answered, promises and to-dos not yet done
 extract  the built-in title, labels and summary when the LLM service does not answer
+stored   the store's topic step in the database: decide chooses the topic, apply writes it
+reading  memory::topic::list and memory::topic::get
 
-Each module imports only modules listed above it; this file imports nothing.
+Each module imports only modules listed above it; this file imports nothing. The first five
+are pure (no database).
 """

@@ -13,7 +13,7 @@ bounded, made from the topic's own words.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
@@ -60,8 +60,17 @@ def labels_of(messages: Sequence[tuple[str, str]], count: int = LABELS) -> list[
     return [written[s].most_common(1)[0][0] if s in written else s for s in ranked[:count]]
 
 
-def extract(messages: Sequence[tuple[str, str]]) -> TopicText:
-    """Title, labels and summary from the topic's (role, text) messages in session order."""
+def header_of(roles: Mapping[str, int]) -> str:
+    """The summary's first sentence: how many messages, by role."""
+    counted = ", ".join(f"{n} {r}" for r, n in sorted(roles.items()))
+    return f"{sum(roles.values())} messages ({counted})." if counted else "0 messages."
+
+
+def extract(
+    messages: Sequence[tuple[str, str]], roles: Mapping[str, int] | None = None
+) -> TopicText:
+    """Title, labels and summary from the topic's (role, text) messages in session order;
+    `roles`: every message of the topic by role, when `messages` is a sample of it."""
     labels = labels_of(messages)
     label_stems = {stem(label) for label in labels}
     said = [(role, sentence) for role, text in messages for sentence in sentences(text) if sentence]
@@ -71,9 +80,7 @@ def extract(messages: Sequence[tuple[str, str]]) -> TopicText:
             title = _cut(sentence, TITLE_CHARS)
             break
     title = title or (", ".join(labels).capitalize() if labels else "Untitled")
-    roles = Counter(role for role, _ in messages)
-    counted = ", ".join(f"{n} {r}" for r, n in sorted(roles.items()))
-    header = f"{len(messages)} messages ({counted})." if counted else "0 messages."
+    header = header_of(Counter(role for role, _ in messages) if roles is None else roles)
     weight = {
         index: len(label_stems & set(keyword_stems(sentence)))
         for index, (_, sentence) in enumerate(said)

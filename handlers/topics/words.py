@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from handlers.text import STOPWORDS, stem, tokens
 
 # Words of conversation itself: present in every line of work, so they would join any two.
@@ -17,10 +19,22 @@ FILLER = frozenset(_FILLER_WORDS.split())
 
 # Fewer distinct keywords than this and a message is too short to judge ("ok thanks").
 MIN_KEYWORDS = 2
+CACHED_CHARS = 1000  # texts up to this long are cached (at most 4096 of them, ~4 MB)
 
 
 def keyword_stems(text: str) -> tuple[str, ...]:
-    """The message's distinct content stems, in order of first appearance."""
+    """The message's distinct content stems, in order of first appearance. Short texts are
+    cached: a store reads the same ones again (its topic's open loops, sentences of its
+    messages); a long one is not kept, so the cache stays small."""
+    return _cached_stems(text) if len(text) <= CACHED_CHARS else _stems(text)
+
+
+@lru_cache(maxsize=4096)
+def _cached_stems(text: str) -> tuple[str, ...]:
+    return _stems(text)
+
+
+def _stems(text: str) -> tuple[str, ...]:
     found: dict[str, None] = {}
     for token in tokens(text):
         if len(token) < 2 or token.isdigit() or token in STOPWORDS or token in FILLER:

@@ -33,6 +33,7 @@ def test_database_counts_count_agents_memories_vectors_graph_and_sessions(
         "memories_forgotten": 2, "agents_disabled": 1, "entities": 2, "relations": 1,
         "sessions": 4, "audit_events": 0, "facts_current": 0, "facts_past": 0,
         "facts_retracted": 0,
+        "topics": 0,
     }  # fmt: skip
 
 

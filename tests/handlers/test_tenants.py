@@ -106,6 +106,7 @@ def test_counts_are_of_one_tenant_or_of_all(conn: apsw.Connection) -> None:
         "facts_current": 0,
         "facts_past": 0,
         "facts_retracted": 0,
+        "topics": 0,
         "database_bytes": 0,
     }
     assert database_counts(conn)["agents"] == 3

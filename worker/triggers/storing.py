@@ -27,6 +27,8 @@ from handlers.facts.from_memory import PlannedFact, apply_planned, plan_facts
 from handlers.sanitize import Sanitized, sanitize
 from handlers.store import Embedding, check_store, place_store
 from handlers.switch import switched_off
+from handlers.topics.assign import Incoming
+from handlers.topics.stored import Placing, TopicChoice, choose, place
 from handlers.update import Correction, apply_update, check_update, plan_update
 from schema.base import agent_of
 from schema.life import UpdateReply, UpdateRequest
@@ -108,6 +110,8 @@ class Stored(msgspec.Struct, frozen=True):
     vector: bytes | None = None
     # The facts its text states, asserted once the memory is written (section 19).
     facts: list[PlannedFact] = msgspec.field(default_factory=list)
+    # The topic of its session the message joins (section 21); None without a sessionId.
+    topic: TopicChoice | None = None
 
 
 class StoreDone(NamedTuple):
@@ -126,6 +130,20 @@ def _vector(model: str | None, vector: bytes | None) -> Embedding | None:
     return (model, np.frombuffer(vector, dtype=np.float32))
 
 
+def _as_tuple(vector: Any) -> tuple[float, ...] | None:
+    return None if vector is None else tuple(np.asarray(vector, dtype=np.float64).tolist())
+
+
+def choose_topic(conn: apsw.Connection, req: StoreRequest, p: Prepared) -> TopicChoice | None:
+    """The topic a message stored in a session joins; no topic work without a sessionId."""
+    if req.session_id is UNSET:
+        return None
+    vector = None if p.embedding is None else _as_tuple(p.embedding[1])
+    message = Incoming(role=req.role, text=req.content, vector=vector)
+    named = None if req.topic_id is UNSET else req.topic_id
+    return choose(conn, agent_of(req), req.session_id, message, named)
+
+
 def decide_store(conn: apsw.Connection, req: StoreRequest, now: int, p: Prepared) -> Stored:
     return Stored(
         request=p.request,
@@ -137,6 +155,7 @@ def decide_store(conn: apsw.Connection, req: StoreRequest, now: int, p: Prepared
         model=None if p.embedding is None else p.embedding[0],
         vector=None if p.embedding is None else p.embedding[1].astype(np.float32).tobytes(),
         facts=plan_facts(p.request.role, p.request.metadata, p.statements),
+        topic=choose_topic(conn, p.request, p),
     )
 
 
@@ -152,9 +171,20 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
         memory_id=d.id,
         flags=d.flags,
     )
+    timestamp = d.at if d.request.timestamp is UNSET else d.request.timestamp
+    if d.topic is not None and reply.id is not None and d.request.session_id is not UNSET:
+        vector = None if d.vector is None else _as_tuple(np.frombuffer(d.vector, np.float32))
+        placing = Placing(
+            memory_id=reply.id,
+            role=d.request.role,
+            text=d.request.content,
+            vector=vector,
+            timestamp=timestamp,
+        )
+        topic_id = place(conn, agent_of(d.request), d.request.session_id, d.topic, placing)
+        reply = msgspec.structs.replace(reply, topic_id=topic_id)
     if not reply.stored or reply.id is None:
         return StoreDone(msgspec.structs.replace(reply, facts=[]), restores)
-    timestamp = d.at if d.request.timestamp is UNSET else d.request.timestamp
     found = apply_planned(
         conn, agent_of(d.request), d.facts, memory_id=reply.id, timestamp=timestamp, at=d.at
     )
