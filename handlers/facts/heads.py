@@ -65,7 +65,7 @@ _patterns: dict[frozenset[str], re.Pattern[str]] = {}
 def heads_for(text: str) -> re.Pattern[str]:
     """The pattern of every head that `text` can hold, in PHRASINGS' order, head i named
     `p<i>`, behind the same gate as the pattern of all heads."""
-    folded = text.translate(_DOTTED_I).casefold()
+    folded = text.lower() if text.isascii() else text.translate(_DOTTED_I).casefold()
     present = frozenset(word for word in WORDS if word in folded)
     pattern = _patterns.get(present)
     if pattern is None:
