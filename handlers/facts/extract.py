@@ -2,7 +2,8 @@
 
 A pure function, run inside every store's transaction, so it is cheap: a text with no "I", "my"
 or "call" is skipped by one search; otherwise each sentence is scanned once by one pattern
-that joins every phrasing's head (handlers/facts/phrasings.py). For each head found:
+that joins every phrasing's head that the text can hold (handlers/facts/heads.py). For each
+head found:
 
 - the words before it, in its clause, must not make it a question ("do I live in X"), a
   condition ("if I live in X"), a wish or plan ("I hope I'm based in X", "when I live in X")
