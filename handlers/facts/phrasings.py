@@ -3,10 +3,10 @@
 Each phrasing is the head of a statement: the words up to where its object starts ("I moved
 to", "my favorite <thing> is"). handlers/facts/heads.py joins the heads a text can hold into
 one pattern; handlers/facts/extract.py finds the object after a head (up to the end of its
-clause), drops trailing time words and checks the object's kind. A head's `plain` is the statement it makes; `anymore` the one it
-makes when the clause ends in "anymore" ("I don't like X" dislikes X, "I don't like X
-anymore" ends likes X). `past` heads say what happened ("I moved to X"), so "when I moved to
-X" is still a fact, while "when I live in X" is a plan.
+clause), drops trailing time words and checks the object's kind. A head's `plain` is the
+statement it makes; `anymore` the one it makes when the clause ends in "anymore" ("I don't
+like X" dislikes X, "I don't like X anymore" ends likes X). `past` heads say what happened ("I
+moved to X"), so "when I moved to X" is still a fact, while "when I live in X" is a plan.
 
 Every pattern is matched case-insensitively; "I" accepts "i", "I'm" accepts "Im", "I am" and
 the typographic apostrophe.
