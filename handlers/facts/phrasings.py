@@ -202,4 +202,3 @@ GATE = (
     rf"|(?:I\s*{_APOS}\s*ve|I\s+have|Ive)\s+{ADV}(?:{_AFTER_IVE}|turned|divorced)\b"
     r"|my\b|call\b)"
 )
-
