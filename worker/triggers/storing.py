@@ -46,6 +46,7 @@ class Prepared(NamedTuple):
     found: Sanitized  # what the sanitiser did, content and summary together
     embedding: Embedding | None
     statements: tuple[Statement, ...] = ()  # the facts its sanitised text states (section 19)
+    topics: bool = True  # whether a message stored in a session joins a topic (section 21)
 
 
 async def _sanitized(s: Services, texts: list[str]) -> list[Sanitized]:
@@ -93,7 +94,8 @@ async def prepare_store(s: Services, req: StoreRequest) -> Prepared:
     statements: tuple[Statement, ...] = ()
     if s.config.facts == "extract" and clean.role in ("user", "assistant"):
         statements = tuple(extract_statements(clean.content))
-    return Prepared(clean, _merged(parts, parts[0].text), embedding, statements)
+    topics = s.config.topics == "assign"
+    return Prepared(clean, _merged(parts, parts[0].text), embedding, statements, topics)
 
 
 class Stored(msgspec.Struct, frozen=True):
@@ -137,7 +139,7 @@ def _as_tuple(vector: Any) -> tuple[float, ...] | None:
 
 def choose_topic(conn: apsw.Connection, req: StoreRequest, p: Prepared) -> TopicChoice | None:
     """The topic a message stored in a session joins; no topic work without a sessionId."""
-    if req.session_id is UNSET:
+    if req.session_id is UNSET or not p.topics:
         return None
     vector = None if p.embedding is None else _as_tuple(p.embedding[1])
     message = Incoming(role=req.role, text=req.content, vector=vector)
