@@ -59,8 +59,9 @@ async def stores_in_turn(
     for n, body in enumerate(said):
         order = list(clients) if n % 2 == 0 else list(reversed(clients))
         for mode in order:
-            took, reply = await clients[mode].timed("memory::store", {"agentId": AGENT, **body})
-            assert reply["stored"] and ("topicId" in reply) == (mode == "assign"), reply
+            agent = f"{AGENT}-{body['sessionId']}"  # an agent a session: repeats are not merged
+            took, reply = await clients[mode].timed("memory::store", {"agentId": agent, **body})
+            assert ("topicId" in reply) == (mode == "assign"), reply
             times[mode].append(took)
     return {"echo": percentiles(echo)} | {mode: percentiles(times[mode]) for mode in clients}
 
