@@ -249,7 +249,7 @@ def test_bench_fact_store_prints_query_p50_beside_the_echo_and_stores_per_second
     """--fact-store on small sizes: the query's p50 and its ratio to the echo measured in the same
     run, and stores per second with extraction on and off (their ratio)."""
     command = [sys.executable, "-m", "worker", "bench", "--fact-store", "--fact-count", "200",
-               "--fact-stores", "60", "--fact-rounds", "1", "--echo", "50", "--json"]  # fmt: skip
+               "--fact-stores", "600", "--fact-rounds", "1", "--echo", "50", "--json"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout.strip().splitlines()[-1])
