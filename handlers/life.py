@@ -22,6 +22,7 @@ from handlers.session_refs import remove_memories
 from handlers.tables.registered import TABLES
 from handlers.tables.table import Skip, Table
 from handlers.taxonomy import string_list
+from handlers.topics.upkeep import refresh_topics, topics_of_memories
 from schema.base import Agent, agent_of
 from schema.errors import InvalidRequest
 from schema.life import (
@@ -117,6 +118,8 @@ def apply_marks(conn: apsw.Connection, plan: Marked, *, forget: bool) -> None:
         "UPDATE memories SET forgotten_at = ? WHERE tenant = ? AND agent_id = ? AND id = ?",
         [(plan.at if forget else None, *plan.agent, i) for i in plan.changed],
     )
+    # A forgotten message's text leaves its topics' title, summary and open loops (section 21).
+    refresh_topics(conn, plan.agent, topics_of_memories(conn, plan.agent, plan.changed))
 
 
 class Deletion(msgspec.Struct, frozen=True):

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import apsw
 
+from handlers.topics.upkeep import refresh_topics, topics_of_session
 from schema.base import Agent
 from schema.errors import NotFound
 
@@ -78,33 +79,47 @@ def write_messages(
     session_id: str,
     refs: Iterable[Ref],
 ) -> None:
-    """Replace the whole list."""
-    conn.execute(
-        "DELETE FROM session_messages WHERE tenant = ? AND agent_id = ? AND session_id = ?",
-        (*agent, session_id),
-    )
+    """Replace the whole list: each message that stays keeps its topic (section 21), one new
+    to the list (repair's merge of a same-role run) takes the topic of the message before it,
+    and the session's topics follow the new list (one left without messages is removed)."""
+    topic_of = {
+        str(memory_id): topic_id
+        for memory_id, topic_id in conn.execute(
+            "DELETE FROM session_messages WHERE tenant = ? AND agent_id = ? AND session_id = ? "
+            "RETURNING memory_id, topic_id",
+            (*agent, session_id),
+        )
+        if memory_id is not None
+    }
+    rows, before = [], None
+    for position, (memory_id, role, timestamp) in enumerate(refs, start=1):
+        topic_id = topic_of.get(memory_id, before) if memory_id is not None else None
+        rows.append((*agent, session_id, position, memory_id, role, timestamp, topic_id))
+        before = topic_id
     conn.executemany(
         "INSERT INTO session_messages "
-        "(tenant, agent_id, session_id, position, memory_id, role, timestamp) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [
-            (*agent, session_id, position, memory_id, role, timestamp)
-            for position, (memory_id, role, timestamp) in enumerate(refs, start=1)
-        ],
+        "(tenant, agent_id, session_id, position, memory_id, role, timestamp, topic_id) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
     )
+    refresh_topics(conn, agent, topics_of_session(conn, agent, session_id))
 
 
 # Without INDEXED BY, SQLite plans this delete on the primary key's agent prefix (a WITHOUT
 # ROWID table's rows live in it) and scans every message of the agent for each memory removed.
 REMOVE_FROM_SESSIONS = (
     "DELETE FROM session_messages INDEXED BY session_messages_by_memory "
-    "WHERE tenant = ? AND agent_id = ? AND memory_id = ?"
+    "WHERE tenant = ? AND agent_id = ? AND memory_id = ? RETURNING topic_id"
 )
 
 
 def remove_memories(conn: apsw.Connection, agent: Agent, memory_ids: Iterable[str]) -> None:
-    """Take evicted memories out of every session of their agent."""
-    conn.executemany(
+    """Take evicted memories out of every session of their agent, and the topics their
+    messages were in follow (section 21)."""
+    removed = conn.executemany(
         REMOVE_FROM_SESSIONS,
         [(*agent, memory_id) for memory_id in memory_ids],
     )
+    touched = {str(row[0]) for row in removed if row[0] is not None}
+    if touched:
+        refresh_topics(conn, agent, touched)

@@ -249,7 +249,7 @@ def test_bench_fact_store_prints_query_p50_beside_the_echo_and_stores_per_second
     """--fact-store on small sizes: the query's p50 and its ratio to the echo measured in the same
     run, and stores per second with extraction on and off (their ratio)."""
     command = [sys.executable, "-m", "worker", "bench", "--fact-store", "--fact-count", "200",
-               "--fact-stores", "60", "--fact-rounds", "1", "--echo", "50", "--json"]  # fmt: skip
+               "--fact-stores", "600", "--fact-rounds", "1", "--echo", "50", "--json"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout.strip().splitlines()[-1])
@@ -302,3 +302,25 @@ def test_bench_stores_prints_stores_per_second_in_flight_the_lone_p50_and_the_ec
     [run] = results["runs"]
     for figure in ("per_second", "worker_cpu_us", "alone_p50_ms", "echo_p50_ms"):
         assert run[figure] > 0 and results["median"][figure] == run[figure]
+
+
+def test_bench_topic_cost_prints_store_p50_with_and_without_topics_and_resume_p50() -> None:
+    """--topic-cost on small sizes: store p50 with the topic step and with it off (their ratio,
+    per round and the median), resume's p50 on a session of --resume-messages, and the echo's
+    p50 measured in the same run; as JSON and as a table."""
+    command = [sys.executable, "-m", "worker", "bench", "--topic-cost", "--topic-stores", "30",
+               "--topic-rounds", "2", "--resume-messages", "50", "--echo", "30"]  # fmt: skip
+    done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["embedder"] == "none" and results["stores"] == 30 and results["rounds"] == 2
+    stores = results["store_p50_ms"]
+    assert stores["assign"] > 0 and stores["off"] > 0 and results["echo_p50_ms"] > 0
+    assert len(results["ratios"]) == 2 and min(results["ratios"]) <= results["ratio"]
+    resume = results["resume"]
+    assert resume["messages"] == 50 and resume["active"]["p50_ms"] > 0 and resume["chars"] > 0
+    assert resume["p50_vs_echo"] == round(resume["active"]["p50_ms"] / results["echo_p50_ms"], 2)
+    table = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert table.returncode == 0, table.stderr
+    assert "store p50 ms with topics vs off  " in table.stdout
+    assert "session::resume p50 ms, 50 messages  " in table.stdout

@@ -64,7 +64,7 @@ async def test_thirty_one_messages_over_two_channels_are_compacted_by_the_llm_an
     events = (await bus.ok("memory::audit", {"agentId": "a"}))["events"]
     assert {e["trigger"] for e in events} == {"memory::canonical::append"}
     assert len(events) == 32
-    [compaction] = [e for e in events if e.get("detail")]
+    [compaction] = [e for e in events if "compacted" in e.get("detail", {})]
     assert compaction["detail"] == {"compacted": 20} and compaction["ids"] == [messages[0]["id"]]
 
 

@@ -30,6 +30,7 @@ TOOLS = {
     "memory_forget",
     "memory_list",
     "memory_facts",
+    "memory_resume",
 }
 
 
@@ -119,6 +120,48 @@ async def test_each_tool_and_resource_acts_on_the_configured_agent_only(
         sessions = (await client.read_resource("memory://sessions")).contents
         assert isinstance(sessions[0], TextResourceContents)
         assert sessions[0].text.startswith("s1: 1 messages")
+
+
+async def test_memory_resume_picks_up_the_thread_a_query_names_in_the_agents_session(
+    nats_url: str, worker: App
+) -> None:
+    """memory_resume gives the named thread's open question and messages and none of another
+    thread's, within max_chars; topic_id picks a topic; an unknown session is a tool error
+    naming it; another agent's session is not found."""
+    from tests.test_topics_bus import BUG, TRIP
+
+    async with await MemoryClient.connect(nats_url, config=CONFIG) as memory:
+        replies = [
+            await memory.store(
+                StoreRequest(
+                    agent_id="a1",
+                    content=content,
+                    role="user" if role == "user" else "assistant",
+                    session_id="s1",
+                )
+            )
+            for role, content in TRIP + BUG
+        ]
+        await memory.store(StoreRequest(agent_id="b", content=TRIP[0][1], session_id="s2"))
+    trip, bug = replies[0].topic_id, replies[-1].topic_id
+    assert trip and bug and trip != bug
+    async with mcp_client("--agent", "a1", "--nats-url", nats_url) as client:
+        found = await client.call_tool(
+            "memory_resume", {"session_id": "s1", "query": "the Lisbon trip"}
+        )
+        block = text(found)
+        assert not found.is_error and block.startswith(f"topic {trip}\n<<<MEMORY DATA")
+        assert "open question: Which hotel in Alfama" in block and "KeyError" not in block
+        active = text(await client.call_tool("memory_resume", {"session_id": "s1"}))
+        assert active.startswith(f"topic {bug}\n") and "KeyError" in active
+        named = await client.call_tool(
+            "memory_resume", {"session_id": "s1", "topic_id": trip, "max_chars": 200}
+        )
+        assert text(named).startswith(f"topic {trip}\n")
+        assert len(text(named).split("\n", 1)[1]) <= 200
+        for session in ("nope", "s2"):
+            missing = await client.call_tool("memory_resume", {"session_id": session})
+            assert missing.is_error and "sessionId" in text(missing), text(missing)
 
 
 async def test_missing_or_wrong_arguments_and_worker_refusals_are_errors_naming_them(

@@ -146,3 +146,29 @@ async def test_two_tenants_with_one_agent_and_session_see_only_their_own_topics(
         assert seen.code == "404"
         theirs = await carol.ok("memory::topic::list", {"agentId": "a1", "sessionId": "s"})
         assert "Lisbon" not in str(theirs)
+
+
+async def test_a_stores_audit_event_names_the_topic_it_wrote_and_its_count_never_its_text(
+    client: Client,
+) -> None:
+    """Each store into a session is audited with its topic's id and message count after it
+    (1: the store started the topic); a store without a session names no topic; the topic's
+    title and the message's words appear nowhere in the audit."""
+    trip = await say(client, "a", "s", TRIP)
+    bug = await say(client, "a", "s", BUG)
+    plain = await client.store("a", "a note with no session")
+    events = (await client.ok("memory::audit", {"agentId": "a"}))["events"]
+    stores = [e for e in events if e["trigger"] == "memory::store"]
+    assert [e["ids"] for e in stores] == [[r["id"]] for r in [*trip, *bug, plain]]
+    topics = [e.get("detail", {}).get("topic") for e in stores]
+    trip_id, bug_id = trip[0]["topicId"], bug[0]["topicId"]
+    assert topics == [
+        {"id": trip_id, "messageCount": 1},
+        {"id": trip_id, "messageCount": 2},
+        {"id": trip_id, "messageCount": 3},
+        {"id": bug_id, "messageCount": 1},
+        {"id": bug_id, "messageCount": 2},
+        None,
+    ]
+    audited = str(events)
+    assert "Lisbon" not in audited and "KeyError" not in audited

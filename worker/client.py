@@ -50,6 +50,7 @@ from worker.triggers import (
     memory,
     sessions,
     tasks,
+    topics,
     usage,
 )
 from worker.triggers.agents import AGENTS
@@ -272,4 +273,7 @@ class MemoryClient:
     fact_end = Sends(facts.END)
     fact_retract = Sends(facts.RETRACT)
     fact_query = Sends(facts.QUERY)
+    topic_list = Sends(topics.LIST)
+    topic_get = Sends(topics.GET)
+    session_resume = Sends(topics.RESUME)
     agents = Sends(AGENTS)

@@ -48,6 +48,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     # `extract`: memory::store asserts the first-person facts its text states (section 19);
     # `off`: facts come only from memory::fact::assert.
     facts: Literal["extract", "off"] = "extract"
+    # `assign`: a message stored in a session joins a topic (section 21); `off`: it joins none
+    # (what the topic step costs, measured by `bench --topic-cost`).
+    topics: Literal["assign", "off"] = "assign"
     # `formula`: recall is the exact top-k of the score; `expanded`: that ranking, with a memory
     # lifted by its stronger neighbours in the conversation (handlers/recall/expand.py).
     recall: Literal["formula", "expanded"] = "expanded"

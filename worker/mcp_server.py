@@ -33,6 +33,7 @@ from schema.memory import RecallRequest, StoreRequest
 from schema.session import SessionListRequest
 from schema.switch import ToggleRequest
 from schema.taxonomy import Category, Sensitivity
+from schema.topics import SessionResumeRequest
 from worker.client import MemoryClient
 from worker.client_errors import ClientError
 from worker.config import Config
@@ -43,6 +44,7 @@ from worker.mcp_text import (
     GET,
     INSTRUCTIONS,
     LIST,
+    RESUME,
     SAVE,
     SEARCH,
     TOGGLE,
@@ -236,6 +238,25 @@ def build_server(
         )
         reply = await bridge.call(lambda c: c.context(request))
         return reply.text
+
+    @server.tool(name="memory_resume", description=RESUME, structured_output=False)
+    async def memory_resume(
+        session_id: Annotated[str, Field(min_length=1, description="the session to pick up")],
+        ctx: Context,
+        query: Annotated[str | None, Field(min_length=1, description="the line of work")] = None,
+        topic_id: Annotated[str | None, Field(min_length=1, description="a topic's id")] = None,
+        max_chars: Annotated[int, Field(ge=200, le=100_000, description="size bound")] = 4000,
+    ) -> str:
+        given = {"query": query, "topicId": topic_id}
+        fields: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
+        request = bridge.convert(
+            {"agentId": agent_of(ctx), "sessionId": session_id, "maxChars": max_chars, **fields},
+            SessionResumeRequest,
+        )
+        reply = await bridge.call(lambda c: c.session_resume(request))
+        if reply.topic_id is None:
+            return "This session has no topics yet."
+        return f"topic {reply.topic_id}\n{reply.text}"
 
     @server.tool(name="memory_facts", description=FACTS, structured_output=False)
     async def memory_facts(

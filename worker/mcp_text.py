@@ -55,6 +55,11 @@ FORGET = """Forget memories by id: they stop being found or listed. Use it when 
 to forget something or a memory is wrong or outdated (save the corrected fact as well)."""
 LIST = """List the agent's memories, newest first, a page at a time (pass the nextCursor of a
 page to get the next one). For finding something, memory_search is better."""
+RESUME = """Pick up a line of work in a conversation session after an interruption, without
+replaying the whole chat: the session's topic (thread) that `query` names best ("the Lisbon
+trip"), or `topic_id`, else the one of its latest message; its title, summary, open questions
+and to-dos, its last messages, and the facts and pinned memories sharing its keywords, as one
+block to read. `session_id`: the conversation's id (memory://sessions lists them)."""
 TOGGLE = """Switch this agent's memory off (enabled: false) or back on (true). While it is off
 nothing is saved and searches find nothing; what it holds is kept. Only at the user's
 explicit request."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 
 import apsw
 import msgspec
@@ -157,9 +157,17 @@ class Placing(msgspec.Struct, frozen=True, kw_only=True):
     timestamp: int
 
 
+class Placed(NamedTuple):
+    """Where the topic step left a message: its topic, and the topic's message count after it
+    when the step wrote the topic (None: the message was already in the list with a topic)."""
+
+    topic_id: str
+    message_count: int | None = None
+
+
 def place(
     conn: apsw.Connection, agent: Agent, session_id: str, choice: TopicChoice, m: Placing
-) -> str:
+) -> Placed:
     """apply's topic step: the message's row of the session list joins the chosen topic, and
     the topic row is written; the topic the message is in (its old one if it had one)."""
     row = conn.execute(
@@ -173,9 +181,8 @@ def place(
             "AND session_id = ? AND memory_id = ? ORDER BY position LIMIT 1",
             (*agent, session_id, m.memory_id),
         ).fetchone()
-        return choice.topic_id if held is None or held[0] is None else str(held[0])
-    _write_topic(conn, agent, session_id, choice, m, int(row[0]))
-    return choice.topic_id
+        return Placed(choice.topic_id if held is None or held[0] is None else str(held[0]))
+    return Placed(choice.topic_id, _write_topic(conn, agent, session_id, choice, m, int(row[0])))
 
 
 def refreshes(count: int) -> bool:
@@ -190,7 +197,8 @@ def _write_topic(
     choice: TopicChoice,
     m: Placing,
     position: int,
-) -> None:
+) -> int:
+    """The topic row with the message added; its message count after."""
     current = conn.execute(
         "SELECT recent, meaning, profile, open_loops, message_count, first_at, last_active_at, "
         "title, labels, summary FROM topics WHERE tenant = ? AND agent_id = ? AND id = ?",
@@ -244,3 +252,4 @@ def _write_topic(
             _ENCODE.encode(Extra(vocabulary=profile.vocabulary, roles=dict(roles))).decode(),
         ),
     )
+    return int(count) + 1

@@ -93,6 +93,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--topics-set", metavar="PATH", help="with --topics: a test set")
     parser.add_argument(
+        "--topic-cost",
+        action="store_true",
+        help="only what topics cost over the bus: store p50 with the topic step vs off (no "
+        "embedder unless --embedder), session::resume p50 on a long session, beside the echo",
+    )
+    parser.add_argument(
+        "--topic-stores", type=int, default=400, help="with --topic-cost: stores per round"
+    )
+    parser.add_argument(
+        "--topic-rounds", type=int, default=3, help="with --topic-cost: rounds per mode"
+    )
+    parser.add_argument(
+        "--resume-messages", type=int, default=2000, help="with --topic-cost: session length"
+    )
+    parser.add_argument(
         "--facts-samples",
         metavar="PATH",
         help="with --facts-extraction --locomo: where the 50 facts to check go "

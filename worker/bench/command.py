@@ -42,6 +42,7 @@ from worker.bench.scale import measure_scale, scale_rows
 from worker.bench.sharded import measure_sharded, sharded_rows
 from worker.bench.state import measure_state
 from worker.bench.stores import run_stores, stores_rows
+from worker.bench.topic_cost import run_topic_cost, topic_cost_rows
 from worker.bench.topics import run_topics
 from worker.bench.vector_quality import measure_vector_index, vector_index_rows
 from worker.bench.waiting import free_port, wait_for_responder, wait_for_workers
@@ -280,6 +281,10 @@ def main(args: argparse.Namespace) -> int:
         return run_facts(args)
     if args.topics:
         return run_topics(args)
+    if args.topic_cost:
+        cost = asyncio.run(run_topic_cost(args))
+        print(json.dumps(cost) if args.json else rows_text(topic_cost_rows(cost)))
+        return 0
     if args.merge is not None:
         return run_merge(args)
     if args.sharded:

@@ -154,6 +154,11 @@ async def stores_side_by_side(
         started = time.perf_counter()
         await asyncio.gather(*(store(mode) for mode in envs))
         seconds = time.perf_counter() - started
+        if not all(counts.values()):
+            # One worker stored everything before the other answered once: no ratio to give.
+            raise SystemExit(
+                f"bench --fact-store: too few stores to compare ({counts}); raise --fact-stores"
+            )
         return {mode: count / seconds for mode, count in counts.items()}
     finally:
         await nc.close()

@@ -58,7 +58,7 @@ from worker.triggers.storing import (
     decide_store,
     fact_changes,
     prepare_store,
-    sanitiser_detail,
+    store_detail,
     store_reply,
 )
 from worker.writes import Write, commit
@@ -141,7 +141,7 @@ def append_changes(d: Appended, counted: Counted) -> list[Change]:
     if reply.id is None:
         return []
     agent = agent_of(d.stored.request)
-    changes = [Change(agent, [reply.id], detail=sanitiser_detail(d.stored.rules, d.stored.flags))]
+    changes = [Change(agent, [reply.id], detail=store_detail(d.stored, counted.stored))]
     if restored:
         changes.append(Change(agent, [reply.id], trigger="memory::unforget"))
     return [*changes, *fact_changes(d.stored, counted.stored)]

@@ -28,7 +28,7 @@ from handlers.sanitize import Sanitized, sanitize
 from handlers.store import Embedding, check_store, place_store
 from handlers.switch import switched_off
 from handlers.topics.assign import Incoming
-from handlers.topics.stored import Placing, TopicChoice, choose, place
+from handlers.topics.stored import Placed, Placing, TopicChoice, choose, place
 from handlers.update import Correction, apply_update, check_update, plan_update
 from schema.base import agent_of
 from schema.life import UpdateReply, UpdateRequest
@@ -46,6 +46,7 @@ class Prepared(NamedTuple):
     found: Sanitized  # what the sanitiser did, content and summary together
     embedding: Embedding | None
     statements: tuple[Statement, ...] = ()  # the facts its sanitised text states (section 19)
+    topics: bool = True  # whether a message stored in a session joins a topic (section 21)
 
 
 async def _sanitized(s: Services, texts: list[str]) -> list[Sanitized]:
@@ -93,7 +94,8 @@ async def prepare_store(s: Services, req: StoreRequest) -> Prepared:
     statements: tuple[Statement, ...] = ()
     if s.config.facts == "extract" and clean.role in ("user", "assistant"):
         statements = tuple(extract_statements(clean.content))
-    return Prepared(clean, _merged(parts, parts[0].text), embedding, statements)
+    topics = s.config.topics == "assign"
+    return Prepared(clean, _merged(parts, parts[0].text), embedding, statements, topics)
 
 
 class Stored(msgspec.Struct, frozen=True):
@@ -122,6 +124,7 @@ class StoreDone(NamedTuple):
     restored: bool
     superseded: tuple[str, ...] = ()  # ended by the facts it asserted
     ended: tuple[str, ...] = ()  # ended by the ends its text states
+    topic: Placed | None = None  # the topic step's write, for the audit (section 21)
 
 
 def _vector(model: str | None, vector: bytes | None) -> Embedding | None:
@@ -136,7 +139,7 @@ def _as_tuple(vector: Any) -> tuple[float, ...] | None:
 
 def choose_topic(conn: apsw.Connection, req: StoreRequest, p: Prepared) -> TopicChoice | None:
     """The topic a message stored in a session joins; no topic work without a sessionId."""
-    if req.session_id is UNSET:
+    if req.session_id is UNSET or not p.topics:
         return None
     vector = None if p.embedding is None else _as_tuple(p.embedding[1])
     message = Incoming(role=req.role, text=req.content, vector=vector)
@@ -172,6 +175,7 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
         flags=d.flags,
     )
     timestamp = d.at if d.request.timestamp is UNSET else d.request.timestamp
+    placed = None
     if d.topic is not None and reply.id is not None and d.request.session_id is not UNSET:
         vector = None if d.vector is None else _as_tuple(np.frombuffer(d.vector, np.float32))
         placing = Placing(
@@ -181,10 +185,10 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
             vector=vector,
             timestamp=timestamp,
         )
-        topic_id = place(conn, agent_of(d.request), d.request.session_id, d.topic, placing)
-        reply = msgspec.structs.replace(reply, topic_id=topic_id)
+        placed = place(conn, agent_of(d.request), d.request.session_id, d.topic, placing)
+        reply = msgspec.structs.replace(reply, topic_id=placed.topic_id)
     if not reply.stored or reply.id is None:
-        return StoreDone(msgspec.structs.replace(reply, facts=[]), restores)
+        return StoreDone(msgspec.structs.replace(reply, facts=[]), restores, topic=placed)
     found = apply_planned(
         conn, agent_of(d.request), d.facts, memory_id=reply.id, timestamp=timestamp, at=d.at
     )
@@ -193,12 +197,23 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
         restores,
         tuple(found.superseded),
         tuple(found.ended),
+        placed,
     )
 
 
 def sanitiser_detail(rules: list[str], flags: list[str]) -> dict[str, Any] | None:
     """The audit's word on the sanitiser: which rules fired and the flags, never the text."""
     return {"rules": rules, "flags": flags} if rules or flags else None
+
+
+def store_detail(d: Stored, done: StoreDone) -> dict[str, Any] | None:
+    """The store row's detail: the sanitiser's word, and the topic the message joined with its
+    message count after (1: the store started it), never the topic's text."""
+    detail = sanitiser_detail(d.rules, d.flags) or {}
+    placed = done.topic
+    if placed is not None and placed.message_count is not None:
+        detail["topic"] = {"id": placed.topic_id, "messageCount": placed.message_count}
+    return detail or None
 
 
 def fact_changes(d: Stored, done: StoreDone) -> list[Change]:
@@ -223,7 +238,7 @@ def store_changes(d: Stored, done: StoreDone) -> list[Change]:
         return [Change(agent_of(d.request), [reply.id], trigger="memory::unforget")]
     if not reply.stored:
         return []
-    detail = sanitiser_detail(d.rules, d.flags)
+    detail = store_detail(d, done)
     return [Change(agent_of(d.request), [reply.id], detail=detail), *fact_changes(d, done)]
 
 
