@@ -2,7 +2,8 @@
 
 A pure function, run inside every store's transaction, so it is cheap: a text with no "I", "my"
 or "call" is skipped by one search; otherwise each sentence is scanned once by one pattern
-that joins every phrasing's head (handlers/facts/phrasings.py). For each head found:
+that joins every phrasing's head that the text can hold (handlers/facts/heads.py). For each
+head found:
 
 - the words before it, in its clause, must not make it a question ("do I live in X"), a
   condition ("if I live in X"), a wish or plan ("I hope I'm based in X", "when I live in X")
@@ -27,7 +28,8 @@ from bisect import bisect_right
 import msgspec
 
 from handlers.facts import words as w
-from handlers.facts.phrasings import PHRASINGS, Phrasing, heads_pattern
+from handlers.facts.heads import heads_for
+from handlers.facts.phrasings import GATE, PHRASINGS, Phrasing
 
 
 class Statement(msgspec.Struct, frozen=True):
@@ -40,7 +42,7 @@ class Statement(msgspec.Struct, frozen=True):
     ends: bool = False
 
 
-HEADS = heads_pattern()
+_GATE = re.compile(GATE, re.IGNORECASE)  # what every head needs after its cue
 # Where a head may start: "I", "Im", "Ive", "my", "call" (and a few harmless others). A plain
 # character set first lets the scan skip most of a text at C speed (6 ns a character here).
 CUE = re.compile(r"[iImMcC](?<=\b[iImMcC])(?:[mM]|[vV][eE]|[yY]|[aA][lL][lL])?\b")
@@ -71,11 +73,16 @@ def extract_statements(text: str) -> list[Statement]:
     spans: list[tuple[int, int]] = []
     asked: dict[int, int] = {}
     heads = 0
+    pattern: re.Pattern[str] | None = None  # the heads this text can hold, once one may
     for number, cue in enumerate(CUE.finditer(text)):
         if number == CUES_READ or heads == HEADS_READ:
             break
-        match = HEADS.match(text, cue.start())
-        if match is None:  # most cues: no sentence split at all
+        if _GATE.match(text, cue.start()) is None:  # most cues
+            continue
+        if pattern is None:
+            pattern = heads_for(text)
+        match = pattern.match(text, cue.start())
+        if match is None:  # no sentence split at all
             continue
         heads += 1
         if not spans:
@@ -84,7 +91,7 @@ def extract_statements(text: str) -> list[Statement]:
         sentence = text[start:end]
         shift = start  # a head within its sentence is the sentence's own: not matched twice
         if match.end() > end:
-            match, shift = HEADS.match(sentence, cue.start() - start), 0
+            match, shift = pattern.match(sentence, cue.start() - start), 0
             if match is None:  # the head ran past its sentence's end
                 continue
         if start not in asked:
@@ -128,7 +135,8 @@ def _statement(sentence: str, match: re.Match[str], shift: int, asked: int) -> S
     if not _stated(before, phrasing):
         return None
     if phrasing.kind == "number":
-        obj, anymore, end = str(match.group("age") or match.group("turned")), False, head_end
+        number = match.groupdict()  # a text's pattern may hold only one of the two
+        obj, anymore, end = str(number.get("age") or number.get("turned")), False, head_end
     else:
         ends_at = w.OBJECT_END[phrasing.kind if phrasing.kind in w.OBJECT_END else ""]
         found = ends_at.search(sentence, head_end, head_end + LONGEST + 1)

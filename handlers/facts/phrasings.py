@@ -1,12 +1,12 @@
 """The phrasings that state a fact about the speaker (contract section 19), as one table.
 
 Each phrasing is the head of a statement: the words up to where its object starts ("I moved
-to", "my favorite <thing> is"). handlers/facts/extract.py joins every head into one pattern,
-finds the object after a head (up to the end of its clause), drops trailing time words and
-checks the object's kind. A head's `plain` is the statement it makes; `anymore` the one it
-makes when the clause ends in "anymore" ("I don't like X" dislikes X, "I don't like X
-anymore" ends likes X). `past` heads say what happened ("I moved to X"), so "when I moved to
-X" is still a fact, while "when I live in X" is a plan.
+to", "my favorite <thing> is"). handlers/facts/heads.py joins the heads a text can hold into
+one pattern; handlers/facts/extract.py finds the object after a head (up to the end of its
+clause), drops trailing time words and checks the object's kind. A head's `plain` is the
+statement it makes; `anymore` the one it makes when the clause ends in "anymore" ("I don't
+like X" dislikes X, "I don't like X anymore" ends likes X). `past` heads say what happened ("I
+moved to X"), so "when I moved to X" is still a fact, while "when I live in X" is a plan.
 
 Every pattern is matched case-insensitively; "I" accepts "i", "I'm" accepts "Im", "I am" and
 the typographic apostrophe.
@@ -14,7 +14,6 @@ the typographic apostrophe.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 Said = tuple[str, bool]  # (predicate, ends)
@@ -203,10 +202,3 @@ GATE = (
     rf"|(?:I\s*{_APOS}\s*ve|I\s+have|Ive)\s+{ADV}(?:{_AFTER_IVE}|turned|divorced)\b"
     r"|my\b|call\b)"
 )
-
-
-def heads_pattern() -> re.Pattern[str]:
-    """Every head as one alternative named `p<index>`: one match where a text says "I", "my"
-    or "call" tries them all, and `match.lastgroup` says which phrasing matched."""
-    alternatives = "|".join(f"(?P<p{i}>{p.head})" for i, p in enumerate(PHRASINGS))
-    return re.compile(rf"{GATE}(?:{alternatives})", re.IGNORECASE)
