@@ -356,7 +356,7 @@ class MemoryIndex(Budget):
         and keep them for the agents being loaded."""
         counts: dict[AgentKey, int] = {}
         removed: set[AgentKey] = set()
-        adopt: list[AgentKey] = []
+        adopt: list[tuple[AgentKey, int]] = []
         by_agent: dict[AgentKey, list[tuple[str, str]]] = {}
         for key, memory_id, op in changes:
             by_agent.setdefault(key, []).append((memory_id, op))
@@ -376,7 +376,7 @@ class MemoryIndex(Budget):
                     before = self._cold.get(key, 0)
                     cold = self._cold[key] = before + len(changed)
                     if cold // ADOPT_AFTER > before // ADOPT_AFTER:
-                        adopt.append(key)
+                        adopt.append((key, cold))
             if self._reader is not None:
                 for index in self._agents.values():
                     if index.complete is not None:
@@ -391,5 +391,5 @@ class MemoryIndex(Budget):
                 self._saver.changed(key, count, rows=0 if found is None else len(found.ids))
             for key in removed:
                 self._saver.removed(key)
-            for key in adopt:
-                self._saver.adopt(key)
+            for key, cold in adopt:
+                self._saver.adopt(key, cold)
