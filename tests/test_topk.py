@@ -1,5 +1,5 @@
 """The ranking without a query vector (handlers/recall/topk.py), which skips memories by bounds,
-returns exactly what scoring every memory (rank.rank_all, the reference) returns: the same ids,
+returns exactly what scoring every memory (rank.all_pool, the reference) returns: the same ids,
 in the same order, with the same scores, for random agents with skewed keywords, many exact
 ties, deletions, rescores, rows appended after the snapshot, and every filter."""
 
@@ -17,9 +17,9 @@ from handlers.recall.block_bounds import BlockBounds
 from handlers.recall.filters import excluded_slots
 from handlers.recall.keywords import KeywordMode, keyword_weights
 from handlers.recall.order import ids_of
-from handlers.recall.rank import rank, rank_all
+from handlers.recall.rank import all_pool, rank
 from handlers.recall.slots import Dense, member
-from handlers.recall.topk import FAST_FROM, rank_without_vector
+from handlers.recall.topk import FAST_FROM, pool_without_vector
 from handlers.text import query_keywords
 from schema.memory import RecallRequest
 from schema.taxonomy import CATEGORIES, SENSITIVITIES
@@ -143,10 +143,10 @@ def test_skipping_ranking_equals_the_full_scan(
     )
     ids = [row[0] for row in rows]
     excluded = frozenset(data.draw(st.lists(st.sampled_from(ids), max_size=5)))
-    expected = rank_all(
+    expected = all_pool(
         snapshot, request, now=NOW, query_vector=None, keyword_mode=mode, excluded=excluded
-    )
-    ours = rank_without_vector(
+    ).ranked()
+    ours = pool_without_vector(
         snapshot,
         request,
         now=NOW,
@@ -156,7 +156,7 @@ def test_skipping_ranking_equals_the_full_scan(
         essential_share=share,
         full_scan_share=math.inf,  # never leave it to the full scan here
     )
-    assert ours == expected
+    assert ours is not None and ours.ranked() == expected
 
 
 def test_a_large_agent_without_a_query_vector_ranks_as_the_full_scan() -> None:
@@ -168,7 +168,9 @@ def test_a_large_agent_without_a_query_vector_ranks_as_the_full_scan() -> None:
     for mode in ("share", "idf", "stems"):
         for query in ("cat rare", "time", "", "river stone deployed absent"):
             request = RecallRequest(agent_id="a", query=query, limit=10)
-            everything = rank_all(columns, request, now=NOW, query_vector=None, keyword_mode=mode)
+            everything = all_pool(
+                columns, request, now=NOW, query_vector=None, keyword_mode=mode
+            ).ranked()
             expected = ids_of(columns, everything)
             found = rank(columns, request, now=NOW, query_vector=None, keyword_mode=mode)
             assert found == expected and len(found) == 10
@@ -194,9 +196,9 @@ def test_postings_kept_as_bits_rank_as_the_full_scan_with_memories_added_since()
         for query in ("time cat rare", "time the", "deploy stone the time"):
             for limit in (10, 500):
                 request = RecallRequest(agent_id="a", query=query, limit=limit)
-                everything = rank_all(
+                everything = all_pool(
                     columns, request, now=NOW, query_vector=None, keyword_mode=mode
-                )
+                ).ranked()
                 found = rank(columns, request, now=NOW, query_vector=None, keyword_mode=mode)
                 assert found == ids_of(columns, everything) and len(found) == limit
 

@@ -3,7 +3,7 @@ score (formula.py), in recall's order (order.py), over those that pass the filte
 
 `rank_rows` picks how: a large agent without a usable query vector by topk.py, which reads only
 the memories that can still win; with a vector index that applies (vector_index.py), a
-shortlist picked with the codes (approximate); else every memory is scored (`rank_all`, the
+shortlist picked with the codes (approximate); else every memory is scored (`all_pool`, the
 reference the others equal). Ranking reads an agent's columns (columns.py) and needs no
 database; the trigger's own reads and writes around it are in trigger.py.
 """
@@ -91,7 +91,7 @@ def rank_pool(
     shortlist picked with the codes (approximate).
 
     Without a usable query vector a large agent is ranked by topk.py, which scores
-    only the memories that can still win; `rank_all` scores every one (and is its reference).
+    only the memories that can still win; `all_pool` scores every one (and is its reference).
     `terms`: the query's `keyword_weights`, when the caller has them (they are found once).
     Without `by_id`, memories equal on score and timestamp may come in any order but by id
     (order.py `top_of`): the same memories, for a caller that orders them itself."""
@@ -144,33 +144,6 @@ def rank_pool(
     )
 
 
-def rank_all(
-    columns: Columns,
-    req: RecallRequest,
-    *,
-    now: int,
-    query_vector: tuple[str, npt.NDArray[np.float32]] | None,
-    keyword_mode: KeywordMode = "share",
-    excluded: set[str] | frozenset[str] = frozenset(),
-    vector_index: VectorIndex = EXACT,
-    terms: Terms | None = None,
-    by_id: bool = True,
-) -> Ranked:
-    """`rank` by scoring every memory of the agent that passes the filters (with the codes, of
-    a shortlist of them)."""
-    return all_pool(
-        columns,
-        req,
-        now=now,
-        query_vector=query_vector,
-        keyword_mode=keyword_mode,
-        excluded=excluded,
-        vector_index=vector_index,
-        terms=terms,
-        by_id=by_id,
-    ).ranked()
-
-
 def all_pool(
     columns: Columns,
     req: RecallRequest,
@@ -183,7 +156,8 @@ def all_pool(
     terms: Terms | None = None,
     by_id: bool = True,
 ) -> Pool:
-    """`rank_all` as arrays."""
+    """`rank` by scoring every memory of the agent that passes the filters (with the codes, of
+    a shortlist of them), as arrays: the reference the faster paths are held to."""
     rows = columns.rows
     if rows == 0:
         return EMPTY

@@ -26,11 +26,11 @@ from handlers.recall.columns import WEEK_MS, Columns, Posting
 from handlers.recall.filters import Filter
 from handlers.recall.formula import prior
 from handlers.recall.keywords import Terms
-from handlers.recall.order import EMPTY, Pool, Ranked, Top, top_pool
+from handlers.recall.order import EMPTY, Pool, Top, top_pool
 from handlers.recall.slots import Dense, Rows, Scores, in_ranges, member
 from schema.memory import RecallRequest
 
-# Below this many rows the full scan (`rank.rank_all`) is as fast: a few vector operations.
+# Below this many rows the full scan (`rank.all_pool`) is as fast: a few vector operations.
 FAST_FROM = 32_768
 # Floating slack on every bound: a bound adds its terms in another order than a score does.
 SLACK = 1e-9
@@ -38,35 +38,6 @@ SLACK = 1e-9
 ESSENTIAL_SHARE = 1 / 16
 # When blocks holding more than this share of the rows are still in play, scanning all is faster.
 FULL_SCAN_SHARE = 0.5
-
-
-def rank_without_vector(
-    columns: Columns,
-    req: RecallRequest,
-    *,
-    now: int,
-    terms: Terms,
-    excluded: Rows,
-    bounds: BlockBounds,
-    essential_share: float = ESSENTIAL_SHARE,
-    full_scan_share: float = FULL_SCAN_SHARE,
-    by_id: bool = True,
-) -> Ranked | None:
-    """`rank.rank`'s answer without a query vector (`terms`: the query's keyword weights,
-    `excluded`: the slots left out), or None when the bounds leave so many memories in play
-    that `rank.rank_all` is faster. `by_id`: as `rank.rank_rows`'s."""
-    found = pool_without_vector(
-        columns,
-        req,
-        now=now,
-        terms=terms,
-        excluded=excluded,
-        bounds=bounds,
-        essential_share=essential_share,
-        full_scan_share=full_scan_share,
-        by_id=by_id,
-    )
-    return None if found is None else found.ranked()
 
 
 def pool_without_vector(
@@ -81,7 +52,9 @@ def pool_without_vector(
     full_scan_share: float = FULL_SCAN_SHARE,
     by_id: bool = True,
 ) -> Pool | None:
-    """`rank_without_vector` as arrays (order.py `Pool`)."""
+    """`rank.rank`'s answer without a query vector as arrays (order.py `Pool`; `terms`: the
+    query's keyword weights, `excluded`: the slots left out), or None when the bounds leave so
+    many memories in play that `rank.all_pool` is faster. `by_id`: as `rank.rank_rows`'s."""
     if columns.rows == 0:
         return EMPTY
     session_code = None
