@@ -50,6 +50,7 @@ async def embedding_service(nats_url: str) -> AsyncIterator[list[str]]:
         task.add_done_callback(pending.discard)
 
     await nc.subscribe("embedding.generate", cb=on_request)
+    await nc.flush()
     yield asked
     for task in list(pending):
         task.cancel()
@@ -228,6 +229,7 @@ async def test_a_compaction_summary_whose_embedding_failed_gets_its_vector_later
     store is, and gets its vector when the service is back, with no restart."""
     async with bus_worker(nats_url, tmp_path / "memory.db", llm_timeout=0.5) as (app, nc):
         service = await nc.subscribe("embedding.generate", cb=answer_at_once)
+        await nc.flush()
         client = Client(nc)
         for i in range(6):
             message = {"agentId": "a", "content": f"turn {i}", "sessionId": "s"}

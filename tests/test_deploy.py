@@ -165,6 +165,7 @@ async def test_only_the_worker_account_may_serve_memory_subjects(tmp_path: Path)
             await msg.respond(b"from the worker")
 
         await worker.subscribe("memory.store", queue="memory-worker", cb=answer)
+        await worker.flush()  # the worker's SUB reaches the server before alice's request
         impostor = await client.subscribe("memory.store")
         await client.flush()
         await wait_until(  # the server's -ERR arrives after the flush

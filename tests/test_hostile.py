@@ -764,6 +764,7 @@ async def held_embedder(nats_url: str) -> AsyncIterator[HeldEmbedder]:
         task.add_done_callback(pending.discard)
 
     await nc.subscribe("embedding.generate", cb=on_request)
+    await nc.flush()
     yield held
     for task in list(pending):
         task.cancel()

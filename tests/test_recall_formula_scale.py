@@ -117,6 +117,7 @@ async def test_formula_recall_over_the_bus_at_50_000_vectors_is_the_full_scans_t
         await msg.respond(msgspec.json.encode({"embedding": QUERY.tolist()}))
 
     await nc.subscribe("embedding.generate", cb=embed)
+    await nc.flush()
     app = App(worker_config(nats_url, path, embedder="bus", index_persist=False, recall="formula"))
     assert app.config.vector_index == "auto"
     await app.start()

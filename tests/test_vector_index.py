@@ -193,6 +193,7 @@ async def test_codes_follow_store_update_delete_and_re_embedding_over_the_bus(
         await msg.respond(msgspec.json.encode({"embedding": signed_vector(text)}))
 
     await nc.subscribe("embedding.generate", cb=embed)
+    await nc.flush()
     app = App(worker_config(nats_url, tmp_path / "memory.db", embedder="bus", vector_index="codes",
                             vector_candidates=10))  # fmt: skip
     await app.start()
