@@ -144,7 +144,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fact-stores", type=int, default=2000, help="with --fact-store: stores per round"
     )
     parser.add_argument(
-        "--fact-rounds", type=int, default=3, help="with --fact-store: rounds per mode"
+        "--fact-rounds",
+        type=int,
+        default=7,
+        help="with --fact-store: alternating rounds, one run of each mode in each",
     )
     index_memory.add_arguments(parser)
     million.add_arguments(parser)
