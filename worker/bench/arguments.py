@@ -141,7 +141,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--fact-count", type=int, default=10_000, help="with --fact-store")
     parser.add_argument(
-        "--fact-stores", type=int, default=2000, help="with --fact-store: stores per round"
+        "--fact-stores", type=int, default=4000, help="with --fact-store: stores per round"
     )
     parser.add_argument(
         "--fact-rounds",

@@ -187,7 +187,7 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
         )
         placed = place(conn, agent_of(d.request), d.request.session_id, d.topic, placing)
         reply = msgspec.structs.replace(reply, topic_id=placed.topic_id)
-    if not reply.stored or reply.id is None:
+    if not reply.stored or reply.id is None or not d.facts:  # most texts state no fact
         return StoreDone(msgspec.structs.replace(reply, facts=[]), restores, topic=placed)
     found = apply_planned(
         conn, agent_of(d.request), d.facts, memory_id=reply.id, timestamp=timestamp, at=d.at
@@ -218,8 +218,10 @@ def store_detail(d: Stored, done: StoreDone) -> dict[str, Any] | None:
 
 def fact_changes(d: Stored, done: StoreDone) -> list[Change]:
     """The facts a store asserted and ended, audited as those triggers' rows (ids, no text)."""
-    agent = agent_of(d.request)
     facts = done.reply.facts or []
+    if not facts and not done.ended:  # most stores: no fact, no audit row to describe
+        return []
+    agent = agent_of(d.request)
     return [
         Change(
             agent, facts, trigger="memory::fact::assert", detail={"ended": list(done.superseded)}
