@@ -125,6 +125,7 @@ class StoreDone(NamedTuple):
     superseded: tuple[str, ...] = ()  # ended by the facts it asserted
     ended: tuple[str, ...] = ()  # ended by the ends its text states
     topic: Placed | None = None  # the topic step's write, for the audit (section 21)
+    appended: bool = False  # the message joined its session's list (a duplicate too)
 
 
 def _vector(model: str | None, vector: bytes | None) -> Embedding | None:
@@ -166,7 +167,7 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
     """The memory written (or found: dedup), then, for a new memory, its statements' facts."""
     if switched_off(conn, agent_of(d.request)):
         return StoreDone(NOT_STORED, False)
-    reply, restores = place_store(
+    reply, restores, appended = place_store(
         conn,
         d.request,
         now=d.at,
@@ -188,7 +189,8 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
         placed = place(conn, agent_of(d.request), d.request.session_id, d.topic, placing)
         reply = msgspec.structs.replace(reply, topic_id=placed.topic_id)
     if not reply.stored or reply.id is None:
-        return StoreDone(msgspec.structs.replace(reply, facts=[]), restores, topic=placed)
+        unfacted = msgspec.structs.replace(reply, facts=[])
+        return StoreDone(unfacted, restores, topic=placed, appended=appended)
     found = apply_planned(
         conn, agent_of(d.request), d.facts, memory_id=reply.id, timestamp=timestamp, at=d.at
     )
@@ -198,6 +200,7 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
         tuple(found.superseded),
         tuple(found.ended),
         placed,
+        appended,
     )
 
 
@@ -206,10 +209,13 @@ def sanitiser_detail(rules: list[str], flags: list[str]) -> dict[str, Any] | Non
     return {"rules": rules, "flags": flags} if rules or flags else None
 
 
-def store_detail(d: Stored, done: StoreDone) -> dict[str, Any] | None:
+def store_detail(d: Stored, done: StoreDone, *, dedup: bool = False) -> dict[str, Any] | None:
     """The store row's detail: the sanitiser's word, and the topic the message joined with its
-    message count after (1: the store started it), never the topic's text."""
+    message count after (1: the store started it), never the topic's text; `deduplicated`
+    when the content was a memory already."""
     detail = sanitiser_detail(d.rules, d.flags) or {}
+    if dedup:
+        detail["deduplicated"] = True
     placed = done.topic
     if placed is not None and placed.message_count is not None:
         detail["topic"] = {"id": placed.topic_id, "messageCount": placed.message_count}
@@ -230,14 +236,20 @@ def fact_changes(d: Stored, done: StoreDone) -> list[Change]:
 
 def store_changes(d: Stored, done: StoreDone) -> list[Change]:
     """A store that wrote is audited as a store; one that restored a forgotten memory by
-    storing its content again, as an unforget."""
+    storing its content again, as an unforget. A duplicate that joined a session's list (the
+    same content stored into another session) wrote that list and its topic: audited as a
+    store too, `detail.deduplicated` saying no memory was made; one that changed nothing, not."""
     reply, restored = done.reply, done.restored
     if reply.id is None:  # the agent's memory is switched off: nothing was written
         return []
     if restored:
-        return [Change(agent_of(d.request), [reply.id], trigger="memory::unforget")]
+        joined = store_detail(d, done) if done.appended else None
+        return [Change(agent_of(d.request), [reply.id], trigger="memory::unforget", detail=joined)]
     if not reply.stored:
-        return []
+        topic = done.topic
+        if not done.appended and (topic is None or topic.message_count is None):
+            return []
+        return [Change(agent_of(d.request), [reply.id], detail=store_detail(d, done, dedup=True))]
     detail = store_detail(d, done)
     return [Change(agent_of(d.request), [reply.id], detail=detail), *fact_changes(d, done)]
 
