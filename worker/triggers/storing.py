@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import apsw
@@ -28,6 +29,7 @@ from handlers.sanitize import Sanitized, sanitize
 from handlers.store import Embedding, check_store, place_store
 from handlers.switch import switched_off
 from handlers.topics.assign import Incoming
+from handlers.topics.extract import asks_llm
 from handlers.topics.stored import Placed, Placing, TopicChoice, choose, place
 from handlers.update import Correction, apply_update, check_update, plan_update
 from schema.base import agent_of
@@ -261,6 +263,16 @@ def store_reply(d: Stored, done: StoreDone) -> StoreReply:
     return msgspec.structs.replace(reply, redactions=d.redactions, flags=d.flags)
 
 
+def title_followup(d: Stored, done: StoreDone) -> Callable[[Services], None] | None:
+    """When the store brought its topic to a count at which the LLM is asked for the topic's
+    text, the titler is told once the store is committed (worker/topic_titles.py)."""
+    placed = done.topic
+    if placed is None or placed.message_count is None or not asks_llm(placed.message_count):
+        return None
+    agent, topic_id = agent_of(d.request), placed.topic_id
+    return lambda s: s.titler.noticed(s, agent, topic_id)
+
+
 async def prepare_after_recalls(s: Services, req: StoreRequest) -> Prepared:
     """A store starts after the recalls in progress (briefly: worker/recalls_first.py)."""
     await s.recalls_first.after_recalls()
@@ -274,6 +286,7 @@ STORE: Write[Stored, StoreDone] = Write(
     reply=store_reply,
     changes=store_changes,
     prepare=prepare_after_recalls,
+    followup=title_followup,
 )
 
 
