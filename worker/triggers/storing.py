@@ -164,7 +164,8 @@ def decide_store(conn: apsw.Connection, req: StoreRequest, now: int, p: Prepared
 
 def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
     """The memory written (or found: dedup), then, for a new memory, its statements' facts."""
-    if switched_off(conn, agent_of(d.request)):
+    agent = agent_of(d.request)
+    if switched_off(conn, agent):
         return StoreDone(NOT_STORED, False)
     reply, restores = place_store(
         conn,
@@ -185,13 +186,11 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
             vector=vector,
             timestamp=timestamp,
         )
-        placed = place(conn, agent_of(d.request), d.request.session_id, d.topic, placing)
+        placed = place(conn, agent, d.request.session_id, d.topic, placing)
         reply = msgspec.structs.replace(reply, topic_id=placed.topic_id)
     if not reply.stored or reply.id is None:
         return StoreDone(msgspec.structs.replace(reply, facts=[]), restores, topic=placed)
-    found = apply_planned(
-        conn, agent_of(d.request), d.facts, memory_id=reply.id, timestamp=timestamp, at=d.at
-    )
+    found = apply_planned(conn, agent, d.facts, memory_id=reply.id, timestamp=timestamp, at=d.at)
     return StoreDone(
         msgspec.structs.replace(reply, facts=found.facts),
         restores,
@@ -218,8 +217,10 @@ def store_detail(d: Stored, done: StoreDone) -> dict[str, Any] | None:
 
 def fact_changes(d: Stored, done: StoreDone) -> list[Change]:
     """The facts a store asserted and ended, audited as those triggers' rows (ids, no text)."""
-    agent = agent_of(d.request)
     facts = done.reply.facts or []
+    if not facts and not done.ended:  # most stores: no audit row to make
+        return []
+    agent = agent_of(d.request)
     return [
         Change(
             agent, facts, trigger="memory::fact::assert", detail={"ended": list(done.superseded)}
