@@ -51,6 +51,10 @@ class Write(Generic[D, R]):
     reply: Callable[[D, R], Any]
     changes: Callable[[D, R], Iterable[Change]]
     prepare: Callable[[Services, Any], Awaitable[Any]] | None = None
+    # What the worker does once the write is committed, chosen in its transaction from the
+    # decision and result (None: nothing): a store's topic due for the LLM's title. `commit`
+    # runs it on the event loop; a replay never does.
+    followup: Callable[[D, R], Callable[[Services], None] | None] | None = None
 
 
 class LogEntry(msgspec.Struct, frozen=True, array_like=True):
@@ -67,11 +71,13 @@ class LogEntry(msgspec.Struct, frozen=True, array_like=True):
 
 
 class Logged(NamedTuple):
-    """What a write's writer job returns: the reply, and what a sharded writer appends to its
-    log before it commits (worker/shards/node.py): `entry`, encoded only when asked for, since
-    a single worker logs nothing (issue 33: encoding every store's decision cost its writer)."""
+    """What a write's writer job returns: the reply, the write's followup (Write.followup),
+    and what a sharded writer appends to its log before it commits (worker/shards/node.py):
+    `entry`, encoded only when asked for, since a single worker logs nothing (issue 33:
+    encoding every store's decision cost its writer)."""
 
     reply: Any
+    then: Callable[[Services], None] | None
     trigger: str
     at: int
     source: str
@@ -108,7 +114,9 @@ def decide_and_apply(
     if key is not None:
         remember(conn, key, now)
     source, requester = ("bus", None) if call is None else (call.source, call.requester)
-    return Logged(write.reply(decision, result), trigger, now, source, requester, decision, key)
+    then = None if write.followup is None else write.followup(decision, result)
+    reply = write.reply(decision, result)
+    return Logged(reply, then, trigger, now, source, requester, decision, key)
 
 
 def ingest_key(trigger: str, call: Call | None) -> IngestKey | None:
@@ -143,6 +151,8 @@ async def commit(
         ),
         durable=durable,
     )
+    if logged.then is not None:
+        logged.then(services)
     return logged.reply
 
 
