@@ -247,7 +247,8 @@ def test_bench_fact_store_prints_query_p50_beside_the_echo_and_stores_per_second
     None
 ):
     """--fact-store on small sizes: the query's p50 and its ratio to the echo measured in the same
-    run, and stores per second with extraction on and off (their ratio)."""
+    run, and stores per second with extraction on and off (their ratio), with each worker's CPU
+    per store (their ratio)."""
     command = [sys.executable, "-m", "worker", "bench", "--fact-store", "--fact-count", "200",
                "--fact-stores", "600", "--fact-rounds", "1", "--echo", "50", "--json"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -261,6 +262,10 @@ def test_bench_fact_store_prints_query_p50_beside_the_echo_and_stores_per_second
     [ratio] = stores["ratios"]  # one round: its ratio is the median
     assert stores["ratio"] == ratio
     assert abs(ratio / (stores["extract"] / stores["off"]) - 1) < 0.05  # rates are rounded
+    assert stores["cpu_us_extract"] > 0 and stores["cpu_us_off"] > 0
+    [cpu_ratio] = stores["cpu_ratios"]
+    assert stores["cpu_ratio"] == cpu_ratio
+    assert abs(cpu_ratio / (stores["cpu_us_extract"] / stores["cpu_us_off"]) - 1) < 0.05
 
 
 def test_bench_topics_prints_purity_completeness_resume_and_cost() -> None:

@@ -191,7 +191,7 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
         )
         placed = place(conn, agent, d.request.session_id, d.topic, placing)
         reply = msgspec.structs.replace(reply, topic_id=placed.topic_id)
-    if not reply.stored or reply.id is None:
+    if not reply.stored or reply.id is None or not d.facts:  # most texts state no fact
         unfacted = msgspec.structs.replace(reply, facts=[])
         return StoreDone(unfacted, restores, topic=placed, appended=appended)
     found = apply_planned(conn, agent, d.facts, memory_id=reply.id, timestamp=timestamp, at=d.at)
@@ -226,7 +226,7 @@ def store_detail(d: Stored, done: StoreDone, *, dedup: bool = False) -> dict[str
 def fact_changes(d: Stored, done: StoreDone) -> list[Change]:
     """The facts a store asserted and ended, audited as those triggers' rows (ids, no text)."""
     facts = done.reply.facts or []
-    if not facts and not done.ended:  # most stores: no audit row to make
+    if not facts and not done.ended:  # most stores: no fact, no audit row to describe
         return []
     agent = agent_of(d.request)
     return [
