@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import apsw
@@ -27,7 +28,7 @@ import msgspec
 import numpy as np
 
 from handlers.topics.assign import Incoming, assign
-from handlers.topics.extract import TopicText, extract, header_of
+from handlers.topics.extract import extract, header_of
 from handlers.topics.loops import LoopMessage, OpenLoop, advance
 from handlers.topics.profile import TopicProfile, updated
 from handlers.topics.words import keyword_stems
@@ -62,14 +63,24 @@ class Extra(msgspec.Struct, frozen=True, kw_only=True):
 _RECENT = msgspec.json.Decoder(list[list[str]])
 _EXTRA = msgspec.json.Decoder(Extra)
 _LOOPS = msgspec.json.Decoder(list[OpenLoop])
-_LABELS = msgspec.json.Decoder(list[str])
 _ENCODE = msgspec.json.Encoder()
 
 
 def meaning_of(blob: Any) -> Vector | None:
-    if blob is None:
-        return None
-    return tuple(np.frombuffer(bytes(blob), dtype=np.float32).astype(np.float64).tolist())
+    return None if blob is None else _meaning(bytes(blob))
+
+
+# A store compares its message with each of the session's topics, and most of them have not
+# changed since the store before: their columns are decoded once, not on every store.
+@lru_cache(maxsize=1024)
+def _meaning(blob: bytes) -> Vector:
+    return tuple(np.frombuffer(blob, dtype=np.float32).astype(np.float64).tolist())
+
+
+@lru_cache(maxsize=4096)
+def recent_of(column: str) -> tuple[tuple[str, ...], ...]:
+    """The `recent` column's windows of stems."""
+    return tuple(tuple(stems) for stems in _RECENT.decode(column))
 
 
 def active_topic(conn: apsw.Connection, agent: Agent, session_id: str) -> str | None:
@@ -91,7 +102,7 @@ def compared(conn: apsw.Connection, agent: Agent, session_id: str) -> list[Topic
     return [
         TopicProfile(
             topic_id=str(topic_id),
-            recent=tuple(tuple(stems) for stems in _RECENT.decode(str(recent))),
+            recent=recent_of(str(recent)),
             meaning=meaning_of(meaning),
         )
         for topic_id, recent, meaning in rows
@@ -130,8 +141,21 @@ def choose(
     )
 
 
-def _sample(conn: apsw.Connection, agent: Agent, topic_id: str) -> list[tuple[str, str]]:
-    """(role, content) of the topic's first TEXT_FIRST messages and its latest, in order."""
+def _sample(
+    conn: apsw.Connection, agent: Agent, topic_id: str, count: int
+) -> list[tuple[str, str]]:
+    """(role, content) of the topic's first TEXT_FIRST messages and its latest, in order;
+    `count`: how many it has. A topic of up to TEXT_SAMPLE messages is read whole, by a query
+    a third the cost of the sample's (most refreshes are of small topics)."""
+    if count <= TEXT_SAMPLE:
+        whole = conn.execute(
+            "SELECT m.role, k.content FROM session_messages m JOIN memories k "
+            "ON k.id = m.memory_id WHERE m.tenant = ? AND m.agent_id = ? AND m.topic_id = ? "
+            "ORDER BY m.position LIMIT ?",
+            (*agent, topic_id, TEXT_SAMPLE + 1),
+        ).fetchall()
+        if len(whole) <= TEXT_SAMPLE:
+            return [(str(role), str(content)) for role, content in whole]
     rows = conn.execute(
         "SELECT position, role, content FROM ("
         "  SELECT * FROM (SELECT m.position, m.role, k.content FROM session_messages m "
@@ -198,41 +222,79 @@ def _write_topic(
     m: Placing,
     position: int,
 ) -> int:
-    """The topic row with the message added; its message count after."""
+    """The topic row with the message added; its message count after. An existing row gets
+    only the columns that change (the title and labels when the text is remade, the window
+    when the message has keywords, the mean when it has a vector, the loops when they moved)."""
     current = conn.execute(
         "SELECT recent, meaning, profile, open_loops, message_count, first_at, last_active_at, "
-        "title, labels, summary FROM topics WHERE tenant = ? AND agent_id = ? AND id = ?",
+        "summary FROM topics WHERE tenant = ? AND agent_id = ? AND id = ?",
         (*agent, choice.topic_id),
     ).fetchone()
-    profile = TopicProfile(topic_id=choice.topic_id)
-    extra, loops, count, first_at, last_at = Extra(), list[OpenLoop](), 0, m.timestamp, 0
-    if current is not None:
-        recent, meaning, extra_json, loops_json, count, first_at, last_at, *text_was = current
-        extra = _EXTRA.decode(extra_json)
-        profile = TopicProfile(
-            topic_id=choice.topic_id,
-            recent=tuple(tuple(stems) for stems in _RECENT.decode(recent)),
-            vocabulary=extra.vocabulary,
-            meaning=meaning_of(meaning),
-        )
-        loops = _LOOPS.decode(loops_json)
+    if current is None:
+        return _insert_topic(conn, agent, session_id, choice, m, position)
+    recent, meaning, extra_json, loops_json, count, first_at, last_at, summary = current
+    extra = _EXTRA.decode(extra_json)
+    profile = TopicProfile(
+        topic_id=choice.topic_id,
+        recent=recent_of(str(recent)),
+        vocabulary=extra.vocabulary,
+        meaning=meaning_of(meaning),
+    )
     profile = updated(profile, tuple(choice.stems), m.vector)
     roles = Counter(extra.roles)
     roles[m.role] += 1
-    loops = advance(loops, LoopMessage(id=m.memory_id, role=m.role, text=m.text))[-MAX_LOOPS:]
-    if current is None or refreshes(int(count) + 1):
-        text = extract(_sample(conn, agent, choice.topic_id), roles=roles)
+    count = int(count) + 1
+    loops_was = _LOOPS.decode(loops_json)
+    loops = advance(loops_was, LoopMessage(id=m.memory_id, role=m.role, text=m.text))[-MAX_LOOPS:]
+    changes: dict[str, Any] = {}
+    if refreshes(count):
+        text = extract(_sample(conn, agent, choice.topic_id, count), roles=roles)
+        changes |= {"title": text.title, "labels": _ENCODE.encode(text.labels).decode()}
+        changes["summary"] = text.summary
     else:
-        title, labels, summary = (str(column) for column in text_was)
-        body = summary[len(header_of(extra.roles)) :]
-        text = TopicText(
-            title=title, labels=_LABELS.decode(labels), summary=header_of(roles) + body
-        )
-    meaning = (
-        None if profile.meaning is None else np.asarray(profile.meaning, dtype=np.float32).tobytes()
-    )
+        changes["summary"] = header_of(roles) + str(summary)[len(header_of(extra.roles)) :]
+    if loops != loops_was:
+        changes["open_loops"] = _ENCODE.encode(loops).decode()
+    if choice.stems:
+        changes["recent"] = _ENCODE.encode(profile.recent).decode()
+    if m.vector is not None:
+        changes["meaning"] = _meaning_column(profile)
+    changes |= {
+        "message_count": count,
+        "first_at": min(int(first_at), m.timestamp),
+        "last_active_at": max(m.timestamp, int(last_at)),
+        "last_position": position,
+        "profile": _ENCODE.encode(Extra(vocabulary=profile.vocabulary, roles=dict(roles))).decode(),
+    }
     conn.execute(
-        "INSERT OR REPLACE INTO topics (tenant, agent_id, id, session_id, title, labels, "
+        f"UPDATE topics SET {', '.join(f'{column} = ?' for column in changes)} "
+        "WHERE tenant = ? AND agent_id = ? AND id = ?",
+        (*changes.values(), *agent, choice.topic_id),
+    )
+    return count
+
+
+def _meaning_column(profile: TopicProfile) -> bytes | None:
+    if profile.meaning is None:
+        return None
+    return np.asarray(profile.meaning, dtype=np.float32).tobytes()
+
+
+def _insert_topic(
+    conn: apsw.Connection,
+    agent: Agent,
+    session_id: str,
+    choice: TopicChoice,
+    m: Placing,
+    position: int,
+) -> int:
+    """A new topic's row, of its first message."""
+    profile = updated(TopicProfile(topic_id=choice.topic_id), tuple(choice.stems), m.vector)
+    roles = {m.role: 1}
+    loops = advance([], LoopMessage(id=m.memory_id, role=m.role, text=m.text))[-MAX_LOOPS:]
+    text = extract(_sample(conn, agent, choice.topic_id, 1), roles=roles)
+    conn.execute(
+        "INSERT INTO topics (tenant, agent_id, id, session_id, title, labels, "
         "summary, open_loops, message_count, first_at, last_active_at, last_position, recent, "
         "meaning, profile) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
@@ -243,13 +305,13 @@ def _write_topic(
             _ENCODE.encode(text.labels).decode(),
             text.summary,
             _ENCODE.encode(loops).decode(),
-            int(count) + 1,
-            min(int(first_at), m.timestamp),
-            max(m.timestamp, int(last_at)),
+            1,
+            m.timestamp,
+            m.timestamp,
             position,
-            _ENCODE.encode([list(stems) for stems in profile.recent]).decode(),
-            meaning,
-            _ENCODE.encode(Extra(vocabulary=profile.vocabulary, roles=dict(roles))).decode(),
+            _ENCODE.encode(profile.recent).decode(),
+            _meaning_column(profile),
+            _ENCODE.encode(Extra(vocabulary=profile.vocabulary, roles=roles)).decode(),
         ),
     )
-    return int(count) + 1
+    return 1
