@@ -92,6 +92,7 @@ class Placed(NamedTuple):
     id: str
     deduplicated: bool
     restored: bool
+    position: int | None = None  # where it was appended to its session's list, if it was
 
 
 def insert_memory(
@@ -109,11 +110,13 @@ def insert_memory(
     append_to_session: bool = True,
     described: Description | None = None,
     memory_id: str | None = None,
+    topic_id: str | None = None,
 ) -> Placed:
     """Store one memory unless the agent has its content already (one look-up by the content's
     hash tells a new memory, a duplicate and a forgotten one that storing restores).
     A memory deduplicated keeps its own summary and taxonomy. `memory_id` is the id a new
-    memory gets (a write's decision chose it), else a fresh one.
+    memory gets (a write's decision chose it), else a fresh one; `topic_id` the topic its
+    message joins when it is appended to the session's list (section 21).
 
     Shared by store, session compaction and repair, so every memory is written the same way
     (compaction and repair place the new memory in the session's list themselves).
@@ -163,9 +166,11 @@ def insert_memory(
                 described.flags,
             ),
         )
+    position = None
     if session_id is not None and append_to_session:
-        append_message(conn, agent, session_id, (memory_id, ref_role, ref_timestamp), now)
-    return Placed(memory_id, deduplicated, restored)
+        ref = (memory_id, ref_role, ref_timestamp)
+        position = append_message(conn, agent, session_id, ref, now, topic_id)
+    return Placed(memory_id, deduplicated, restored, position)
 
 
 def store(
@@ -198,6 +203,7 @@ def write_store(
 class StorePlaced(NamedTuple):
     reply: StoreReply
     restored: bool  # the content was a forgotten memory's, restored (audited as an unforget)
+    position: int | None = None  # where it was appended to its session's list, if it was
 
 
 def place_store(
@@ -208,8 +214,10 @@ def place_store(
     embedding: Embedding | None = None,
     memory_id: str | None = None,
     flags: list[str] | None = None,
+    topic_id: str | None = None,
 ) -> StorePlaced:
-    """write_store's reply, and whether it restored a forgotten memory."""
+    """write_store's reply, whether it restored a forgotten memory, and where its message was
+    appended to its session's list (in `topic_id`), if it was."""
     described = msgspec.structs.replace(
         description_of(req), flags=msgspec.json.encode(flags).decode() if flags else None
     )
@@ -230,8 +238,9 @@ def place_store(
         embedding=embedding,
         described=described,
         memory_id=memory_id,
+        topic_id=topic_id,
     )
     reply = StoreReply(
         id=placed.id, stored=not placed.deduplicated, deduplicated=placed.deduplicated
     )
-    return StorePlaced(reply, placed.restored)
+    return StorePlaced(reply, placed.restored, placed.position)

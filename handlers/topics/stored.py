@@ -8,12 +8,11 @@ message's row of the session list gets the topic, and the topic row its updated 
 loops, counts, times and built-in text. apply is deterministic over (state, decision), so a
 shard's replay writes the same rows. A message already in the session list keeps its topic.
 
-The built-in text is made from at most TEXT_SAMPLE of the topic's messages (its first
-TEXT_FIRST and its latest), so a store's cost does not grow with the topic, and only when the
-topic reaches 1, 2, 4, 8, 16 or 32 messages and every REFRESH_EVERY after (`refreshes`): made
-on every store, it was most of a store's cost (0.8 ms of the 0.8 ms a topic added per store on
-tests/fixtures/topic_sessions.jsonl). Between refreshes only the summary's first sentence,
-the count of messages by role, changes (the profile keeps them by role).
+A store does not remake the topic's built-in text (handlers/topics/text.py: reads make it when
+it is older than the topic's messages); it writes the text of a topic's first message when it
+starts one. The rest of the row is updated in the columns that change, and what is decoded
+from the session's topics is kept while they do not change, since most do not between two
+stores.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ import msgspec
 import numpy as np
 
 from handlers.topics.assign import Incoming, assign
-from handlers.topics.extract import extract, header_of
+from handlers.topics.extract import extract
 from handlers.topics.loops import LoopMessage, OpenLoop, advance
 from handlers.topics.profile import TopicProfile, updated
 from handlers.topics.words import keyword_stems
@@ -36,10 +35,7 @@ from schema.base import Agent
 from schema.errors import InvalidRequest
 
 COMPARED = 16  # topics a message is compared with: the session's most recently active
-TEXT_FIRST = 6  # a topic's opening messages, which usually say what it is about
-TEXT_SAMPLE = 32  # messages its built-in text is made from
 MAX_LOOPS = 50  # open loops kept per topic, the oldest dropped first
-REFRESH_EVERY = 16  # past 32 messages, the built-in text is remade every this many
 
 Vector = tuple[float, ...]
 
@@ -58,6 +54,7 @@ class Extra(msgspec.Struct, frozen=True, kw_only=True):
 
     vocabulary: dict[str, int] = {}
     roles: dict[str, int] = {}
+    text_at: int = 0  # the message count its stored title, labels and summary were made at
 
 
 _RECENT = msgspec.json.Decoder(list[list[str]])
@@ -100,12 +97,8 @@ def compared(conn: apsw.Connection, agent: Agent, session_id: str) -> list[Topic
         (*agent, session_id, COMPARED),
     ).fetchall()
     return [
-        TopicProfile(
-            topic_id=str(topic_id),
-            recent=recent_of(str(recent)),
-            meaning=meaning_of(meaning),
-        )
-        for topic_id, recent, meaning in rows
+        TopicProfile(topic_id=str(topic_id), recent=recent_of(str(recent)), meaning=meaning_of(m))
+        for topic_id, recent, m in rows
     ]
 
 
@@ -141,36 +134,6 @@ def choose(
     )
 
 
-def _sample(
-    conn: apsw.Connection, agent: Agent, topic_id: str, count: int
-) -> list[tuple[str, str]]:
-    """(role, content) of the topic's first TEXT_FIRST messages and its latest, in order;
-    `count`: how many it has. A topic of up to TEXT_SAMPLE messages is read whole, by a query
-    a third the cost of the sample's (most refreshes are of small topics)."""
-    if count <= TEXT_SAMPLE:
-        whole = conn.execute(
-            "SELECT m.role, k.content FROM session_messages m JOIN memories k "
-            "ON k.id = m.memory_id WHERE m.tenant = ? AND m.agent_id = ? AND m.topic_id = ? "
-            "ORDER BY m.position LIMIT ?",
-            (*agent, topic_id, TEXT_SAMPLE + 1),
-        ).fetchall()
-        if len(whole) <= TEXT_SAMPLE:
-            return [(str(role), str(content)) for role, content in whole]
-    rows = conn.execute(
-        "SELECT position, role, content FROM ("
-        "  SELECT * FROM (SELECT m.position, m.role, k.content FROM session_messages m "
-        "    JOIN memories k ON k.id = m.memory_id WHERE m.tenant = ? AND m.agent_id = ? "
-        "    AND m.topic_id = ? ORDER BY m.position LIMIT ?) "
-        "  UNION "
-        "  SELECT * FROM (SELECT m.position, m.role, k.content FROM session_messages m "
-        "    JOIN memories k ON k.id = m.memory_id WHERE m.tenant = ? AND m.agent_id = ? "
-        "    AND m.topic_id = ? ORDER BY m.position DESC LIMIT ?)"
-        ") ORDER BY position",
-        (*agent, topic_id, TEXT_FIRST, *agent, topic_id, TEXT_SAMPLE - TEXT_FIRST),
-    ).fetchall()
-    return [(str(role), str(content)) for _, role, content in rows]
-
-
 class Placing(msgspec.Struct, frozen=True, kw_only=True):
     """What apply knows of the message: its memory id, role, text, vector and timestamp."""
 
@@ -190,10 +153,18 @@ class Placed(NamedTuple):
 
 
 def place(
-    conn: apsw.Connection, agent: Agent, session_id: str, choice: TopicChoice, m: Placing
+    conn: apsw.Connection,
+    agent: Agent,
+    session_id: str,
+    choice: TopicChoice,
+    m: Placing,
+    listed: int | None = None,
 ) -> Placed:
     """apply's topic step: the message's row of the session list joins the chosen topic, and
-    the topic row is written; the topic the message is in (its old one if it had one)."""
+    the topic row is written; the topic the message is in (its old one if it had one).
+    `listed`: the position the store appended the message at, already in the topic."""
+    if listed is not None:
+        return Placed(choice.topic_id, _write_topic(conn, agent, session_id, choice, m, listed))
     row = conn.execute(
         "UPDATE session_messages SET topic_id = ? WHERE tenant = ? AND agent_id = ? "
         "AND session_id = ? AND memory_id = ? AND topic_id IS NULL RETURNING position",
@@ -209,11 +180,6 @@ def place(
     return Placed(choice.topic_id, _write_topic(conn, agent, session_id, choice, m, int(row[0])))
 
 
-def refreshes(count: int) -> bool:
-    """Whether a topic's built-in text is remade when it reaches `count` messages."""
-    return (count <= 32 and count & (count - 1) == 0) or count % REFRESH_EVERY == 0
-
-
 def _write_topic(
     conn: apsw.Connection,
     agent: Agent,
@@ -223,16 +189,16 @@ def _write_topic(
     position: int,
 ) -> int:
     """The topic row with the message added; its message count after. An existing row gets
-    only the columns that change (the title and labels when the text is remade, the window
-    when the message has keywords, the mean when it has a vector, the loops when they moved)."""
+    only the columns that change (the window when the message has keywords, the mean when it
+    has a vector, the loops when they moved), never its text."""
     current = conn.execute(
-        "SELECT recent, meaning, profile, open_loops, message_count, first_at, last_active_at, "
-        "summary FROM topics WHERE tenant = ? AND agent_id = ? AND id = ?",
+        "SELECT recent, meaning, profile, open_loops, message_count, first_at, last_active_at "
+        "FROM topics WHERE tenant = ? AND agent_id = ? AND id = ?",
         (*agent, choice.topic_id),
     ).fetchone()
     if current is None:
         return _insert_topic(conn, agent, session_id, choice, m, position)
-    recent, meaning, extra_json, loops_json, count, first_at, last_at, summary = current
+    recent, meaning, extra_json, loops_json, count, first_at, last_at = current
     extra = _EXTRA.decode(extra_json)
     profile = TopicProfile(
         topic_id=choice.topic_id,
@@ -247,12 +213,6 @@ def _write_topic(
     loops_was = _LOOPS.decode(loops_json)
     loops = advance(loops_was, LoopMessage(id=m.memory_id, role=m.role, text=m.text))[-MAX_LOOPS:]
     changes: dict[str, Any] = {}
-    if refreshes(count):
-        text = extract(_sample(conn, agent, choice.topic_id, count), roles=roles)
-        changes |= {"title": text.title, "labels": _ENCODE.encode(text.labels).decode()}
-        changes["summary"] = text.summary
-    else:
-        changes["summary"] = header_of(roles) + str(summary)[len(header_of(extra.roles)) :]
     if loops != loops_was:
         changes["open_loops"] = _ENCODE.encode(loops).decode()
     if choice.stems:
@@ -264,7 +224,9 @@ def _write_topic(
         "first_at": min(int(first_at), m.timestamp),
         "last_active_at": max(m.timestamp, int(last_at)),
         "last_position": position,
-        "profile": _ENCODE.encode(Extra(vocabulary=profile.vocabulary, roles=dict(roles))).decode(),
+        "profile": _ENCODE.encode(
+            Extra(vocabulary=profile.vocabulary, roles=dict(roles), text_at=extra.text_at)
+        ).decode(),
     }
     conn.execute(
         f"UPDATE topics SET {', '.join(f'{column} = ?' for column in changes)} "
@@ -288,11 +250,11 @@ def _insert_topic(
     m: Placing,
     position: int,
 ) -> int:
-    """A new topic's row, of its first message."""
+    """A new topic's row, of its first message (its text made from that message)."""
     profile = updated(TopicProfile(topic_id=choice.topic_id), tuple(choice.stems), m.vector)
     roles = {m.role: 1}
     loops = advance([], LoopMessage(id=m.memory_id, role=m.role, text=m.text))[-MAX_LOOPS:]
-    text = extract(_sample(conn, agent, choice.topic_id, 1), roles=roles)
+    text = extract([(m.role, m.text)], roles=roles)
     conn.execute(
         "INSERT INTO topics (tenant, agent_id, id, session_id, title, labels, "
         "summary, open_loops, message_count, first_at, last_active_at, last_position, recent, "
@@ -311,7 +273,7 @@ def _insert_topic(
             position,
             _ENCODE.encode(profile.recent).decode(),
             _meaning_column(profile),
-            _ENCODE.encode(Extra(vocabulary=profile.vocabulary, roles=roles)).decode(),
+            _ENCODE.encode(Extra(vocabulary=profile.vocabulary, roles=roles, text_at=1)).decode(),
         ),
     )
     return 1

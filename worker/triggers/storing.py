@@ -166,13 +166,14 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
     """The memory written (or found: dedup), then, for a new memory, its statements' facts."""
     if switched_off(conn, agent_of(d.request)):
         return StoreDone(NOT_STORED, False)
-    reply, restores = place_store(
+    reply, restores, listed = place_store(
         conn,
         d.request,
         now=d.at,
         embedding=_vector(d.model, d.vector),
         memory_id=d.id,
         flags=d.flags,
+        topic_id=None if d.topic is None else d.topic.topic_id,
     )
     timestamp = d.at if d.request.timestamp is UNSET else d.request.timestamp
     placed = None
@@ -185,7 +186,8 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
             vector=vector,
             timestamp=timestamp,
         )
-        placed = place(conn, agent_of(d.request), d.request.session_id, d.topic, placing)
+        agent = agent_of(d.request)
+        placed = place(conn, agent, d.request.session_id, d.topic, placing, listed)
         reply = msgspec.structs.replace(reply, topic_id=placed.topic_id)
     if not reply.stored or reply.id is None:
         return StoreDone(msgspec.structs.replace(reply, facts=[]), restores, topic=placed)

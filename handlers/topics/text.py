@@ -1,0 +1,60 @@
+"""A topic's built-in title, labels and summary as a read shows them: made from the topic's
+messages (not forgotten) when its stored text is older than they are.
+
+A store does not remake the text (made on every store, it was most of a store's cost; made
+at 1, 2, 4, 8, 16 and 32 messages, still a fifth of it on tests/fixtures/topic_sessions.jsonl):
+it keeps the message count the stored text was made at (`textAt` in the profile column), and
+`memory::topic::list`, `memory::topic::get`, `memory::session::resume` and export make the
+text of a topic whose count has moved on, from at most TEXT_SAMPLE of its messages (its first
+TEXT_FIRST, which usually say what it is about, and its latest), so a read's cost does not
+grow with the topic. Reads do not write: the stored text stays as a store, a repair or an
+import left it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import apsw
+
+from handlers.topics.extract import TopicText, extract
+from schema.base import Agent
+
+TEXT_FIRST = 6  # a topic's opening messages, which usually say what it is about
+TEXT_SAMPLE = 32  # messages its built-in text is made from
+
+_PRESENT = (
+    "FROM session_messages m JOIN memories k ON k.id = m.memory_id AND k.tenant = m.tenant "
+    "AND k.agent_id = m.agent_id AND k.forgotten_at IS NULL "
+    "WHERE m.tenant = ? AND m.agent_id = ? AND m.topic_id = ?"
+)
+
+
+def sample(conn: apsw.Connection, agent: Agent, topic_id: str) -> list[tuple[str, str]]:
+    """(role, content) of the topic's first TEXT_FIRST messages and its latest, in order, of
+    those not forgotten. A topic of up to TEXT_SAMPLE is read whole, by a query a third the
+    cost of the sample's."""
+    whole = conn.execute(
+        f"SELECT m.role, k.content {_PRESENT} ORDER BY m.position LIMIT ?",
+        (*agent, topic_id, TEXT_SAMPLE + 1),
+    ).fetchall()
+    if len(whole) <= TEXT_SAMPLE:
+        return [(str(role), str(content)) for role, content in whole]
+    rows = conn.execute(
+        "SELECT position, role, content FROM ("
+        f"  SELECT * FROM (SELECT m.position, m.role, k.content {_PRESENT} "
+        "    ORDER BY m.position LIMIT ?) "
+        "  UNION "
+        f"  SELECT * FROM (SELECT m.position, m.role, k.content {_PRESENT} "
+        "    ORDER BY m.position DESC LIMIT ?)"
+        ") ORDER BY position",
+        (*agent, topic_id, TEXT_FIRST, *agent, topic_id, TEXT_SAMPLE - TEXT_FIRST),
+    ).fetchall()
+    return [(str(role), str(content)) for _, role, content in rows]
+
+
+def made_text(
+    conn: apsw.Connection, agent: Agent, topic_id: str, roles: Mapping[str, int]
+) -> TopicText:
+    """The topic's text made now; `roles`: all its messages by role (the summary's header)."""
+    return extract(sample(conn, agent, topic_id), roles=roles)
