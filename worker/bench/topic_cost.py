@@ -142,12 +142,12 @@ async def run_topic_cost(args: argparse.Namespace) -> dict[str, Any]:
                         _stop(worker)
             ratios = [r["assign"]["p50_ms"] / r["off"]["p50_ms"] for r in rounds]
             cpu_ratios = [r["assign"]["cpu_us"] / max(r["off"]["cpu_us"], 1e-9) for r in rounds]
-            echo_p50 = statistics.median(r["echo"]["p50_ms"] for r in rounds)
+            echo_p50 = round(statistics.median(r["echo"]["p50_ms"] for r in rounds), 3)
             return {
                 "embedder": env["MEMORY_WORKER_EMBEDDER"],
                 "stores": len(said),
                 "rounds": len(rounds),
-                "echo_p50_ms": round(echo_p50, 3),
+                "echo_p50_ms": echo_p50,
                 "store_p50_ms": {
                     mode: round(statistics.median(r[mode]["p50_ms"] for r in rounds), 3)
                     for mode in MODES
