@@ -1,14 +1,15 @@
 """A topic's built-in title, labels and summary as a read shows them: made from the topic's
 messages (not forgotten) when its stored text is older than they are.
 
-A store does not remake the text (made on every store, it was most of a store's cost; made
-at 1, 2, 4, 8, 16 and 32 messages, still a fifth of it on tests/fixtures/topic_sessions.jsonl):
-it keeps the message count the stored text was made at (`textAt` in the profile column), and
-`memory::topic::list`, `memory::topic::get`, `memory::session::resume` and export make the
-text of a topic whose count has moved on, from at most TEXT_SAMPLE of its messages (its first
-TEXT_FIRST, which usually say what it is about, and its latest), so a read's cost does not
-grow with the topic. Reads do not write: the stored text stays as a store, a repair or an
-import left it.
+A store does not remake the text (made on every store, it was most of a store's topic cost;
+made at 1, 2, 4, 8, 16 and 32 messages, still a fifth of it on
+tests/fixtures/topic_sessions.jsonl): it keeps the message count the stored text was made at
+(`text_at` in the profile column), and `memory::topic::list`, `memory::topic::get` and
+`memory::session::resume` make the text of a topic whose count has moved on, from at most
+TEXT_SAMPLE of its messages (its first TEXT_FIRST, which usually say what it is about, and its
+latest), so a read's cost does not grow with the topic. Reads do not write: the stored text
+stays as the store that started the topic, a forget or a repair left it (export carries it;
+a read after import makes it anew).
 """
 
 from __future__ import annotations
