@@ -43,7 +43,7 @@ def current_text(conn: apsw.Connection, agent: Agent, row: Any) -> TopicText:
     extra = _EXTRA.decode(str(profile))
     if extra.text_at == int(count):
         return TopicText(title=str(title), labels=_LABELS.decode(str(labels)), summary=str(summary))
-    return made_text(conn, agent, str(topic_id), extra.roles)
+    return made_text(conn, agent, str(topic_id), int(count), extra.roles)
 
 
 def topic_of(conn: apsw.Connection, agent: Agent, row: Any, active: str | None) -> Topic:

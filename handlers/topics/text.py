@@ -15,14 +15,17 @@ a read after import makes it anew).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 
 import apsw
+import msgspec
 
 from handlers.topics.extract import TopicText, extract
 from schema.base import Agent
 
 TEXT_FIRST = 6  # a topic's opening messages, which usually say what it is about
 TEXT_SAMPLE = 32  # messages its built-in text is made from
+CACHED_CHARS = 65_536  # the largest sample whose text is kept for the next read
 
 _PRESENT = (
     "FROM session_messages m JOIN memories k ON k.id = m.memory_id AND k.tenant = m.tenant "
@@ -31,16 +34,17 @@ _PRESENT = (
 )
 
 
-def sample(conn: apsw.Connection, agent: Agent, topic_id: str) -> list[tuple[str, str]]:
+def sample(conn: apsw.Connection, agent: Agent, topic_id: str, count: int) -> list[tuple[str, str]]:
     """(role, content) of the topic's first TEXT_FIRST messages and its latest, in order, of
-    those not forgotten. A topic of up to TEXT_SAMPLE is read whole, by a query a third the
-    cost of the sample's."""
-    whole = conn.execute(
-        f"SELECT m.role, k.content {_PRESENT} ORDER BY m.position LIMIT ?",
-        (*agent, topic_id, TEXT_SAMPLE + 1),
-    ).fetchall()
-    if len(whole) <= TEXT_SAMPLE:
-        return [(str(role), str(content)) for role, content in whole]
+    those not forgotten; `count`: its messages. A topic of up to TEXT_SAMPLE is read whole, by
+    a query a third the cost of the sample's."""
+    if count <= TEXT_SAMPLE:
+        whole = conn.execute(
+            f"SELECT m.role, k.content {_PRESENT} ORDER BY m.position LIMIT ?",
+            (*agent, topic_id, TEXT_SAMPLE + 1),
+        ).fetchall()
+        if len(whole) <= TEXT_SAMPLE:
+            return [(str(role), str(content)) for role, content in whole]
     rows = conn.execute(
         "SELECT position, role, content FROM ("
         f"  SELECT * FROM (SELECT m.position, m.role, k.content {_PRESENT} "
@@ -55,7 +59,25 @@ def sample(conn: apsw.Connection, agent: Agent, topic_id: str) -> list[tuple[str
 
 
 def made_text(
-    conn: apsw.Connection, agent: Agent, topic_id: str, roles: Mapping[str, int]
+    conn: apsw.Connection, agent: Agent, topic_id: str, count: int, roles: Mapping[str, int]
 ) -> TopicText:
-    """The topic's text made now; `roles`: all its messages by role (the summary's header)."""
-    return extract(sample(conn, agent, topic_id), roles=roles)
+    """The topic's text made now; `count`: its messages, `roles`: them by role (the summary's
+    header)."""
+    said = tuple(sample(conn, agent, topic_id, count))
+    header = tuple(sorted(roles.items()))
+    if sum(len(text) for _, text in said) > CACHED_CHARS:
+        return _extract(said, header)
+    text = _cached_extract(said, header)
+    return msgspec.structs.replace(text, labels=list(text.labels))
+
+
+def _extract(
+    messages: tuple[tuple[str, str], ...], roles: tuple[tuple[str, int], ...]
+) -> TopicText:
+    return extract(messages, roles=dict(roles))
+
+
+# The same messages give the same text: a topic read again and again (a resume on every turn
+# of a long session) is made once until a message joins it. Samples of up to CACHED_CHARS only,
+# so that the cache stays small (256 of them, at most 16 MB).
+_cached_extract = lru_cache(maxsize=256)(_extract)
