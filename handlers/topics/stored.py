@@ -5,7 +5,7 @@ recently active: their recent stems and mean vector) and its active topic (that 
 session's latest message), and says which topic the message joins: one named by the store's
 `topicId`, an existing one, or a new one whose id it mints. apply (`place`) writes it: the
 message's row of the session list gets the topic, and the topic row its updated profile, open
-loops, counts, times and built-in text. apply is deterministic over (state, decision), so a
+loops, counts and times. apply is deterministic over (state, decision), so a
 shard's replay writes the same rows. A message already in the session list keeps its topic.
 
 A store does not remake the topic's built-in text (handlers/topics/text.py: reads make it when
