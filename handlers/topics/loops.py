@@ -113,7 +113,10 @@ def _closes(loop: OpenLoop, message: LoopMessage, reply: _Reply) -> bool:
 def advance(loops: Sequence[OpenLoop], message: LoopMessage) -> list[OpenLoop]:
     """The topic's open loops after one more of its messages: those it answers or reports done
     are closed, then those it opens are added."""
-    said = sentences(message.text)
+    text = message.text
+    if not loops and "?" not in text and not TODO.search(text) and not PROMISE.search(text):
+        return []  # most messages: nothing open, nothing opened (no sentence can match)
+    said = sentences(text)
     still = list(loops)
     if still:
         reply = _reply(said)

@@ -30,7 +30,7 @@ from handlers.topics.assign import Incoming, assign
 from handlers.topics.extract import extract
 from handlers.topics.loops import LoopMessage, OpenLoop, advance
 from handlers.topics.profile import TopicProfile, updated
-from handlers.topics.words import keyword_stems
+from handlers.topics.words import keyword_stems, too_short
 from schema.base import Agent
 from schema.errors import InvalidRequest
 
@@ -127,7 +127,9 @@ def choose(
             )
         return TopicChoice(topic_id=named, reason="named", stems=list(keyword_stems(message.text)))
     active = active_topic(conn, agent, session_id)
-    found_assignment = assign(message, compared(conn, agent, session_id), active)
+    short = active is not None and too_short(keyword_stems(message.text))  # stays: nothing read
+    topics = [] if short else compared(conn, agent, session_id)
+    found_assignment = assign(message, topics, active)
     topic_id = found_assignment.topic_id or str(uuid.uuid4())
     return TopicChoice(
         topic_id=topic_id, reason=found_assignment.reason, stems=list(found_assignment.stems)
