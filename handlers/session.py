@@ -149,7 +149,7 @@ def apply_compaction(
         raise Unavailable(f"session `{req.session_id}` changed during compaction; retry")
     if not summary.strip():
         summary, summarizer, embedding = plan.fallback, "fallback", None
-    summary_id, *_ = insert_memory(
+    summary_id, _, _ = insert_memory(
         conn,
         agent=agent_of(req),
         content=summary,

@@ -54,7 +54,7 @@ def _merge_runs(
         else:
             parts = [found[str(ref[0])] for ref in run]
             first_timestamp = run[0][2]
-            memory_id, *_ = insert_memory(
+            memory_id, _, _ = insert_memory(
                 conn,
                 agent=agent_of(req),
                 content="\n\n".join(content for content, _ in parts),

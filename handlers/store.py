@@ -92,7 +92,6 @@ class Placed(NamedTuple):
     id: str
     deduplicated: bool
     restored: bool
-    position: int | None = None  # where it was appended to its session's list, if it was
 
 
 def insert_memory(
@@ -110,13 +109,11 @@ def insert_memory(
     append_to_session: bool = True,
     described: Description | None = None,
     memory_id: str | None = None,
-    topic_id: str | None = None,
 ) -> Placed:
     """Store one memory unless the agent has its content already (one look-up by the content's
     hash tells a new memory, a duplicate and a forgotten one that storing restores).
     A memory deduplicated keeps its own summary and taxonomy. `memory_id` is the id a new
-    memory gets (a write's decision chose it), else a fresh one; `topic_id` the topic its
-    message joins when it is appended to the session's list (section 21).
+    memory gets (a write's decision chose it), else a fresh one.
 
     Shared by store, session compaction and repair, so every memory is written the same way
     (compaction and repair place the new memory in the session's list themselves).
@@ -166,11 +163,9 @@ def insert_memory(
                 described.flags,
             ),
         )
-    position = None
     if session_id is not None and append_to_session:
-        ref = (memory_id, ref_role, ref_timestamp)
-        position = append_message(conn, agent, session_id, ref, now, topic_id)
-    return Placed(memory_id, deduplicated, restored, position)
+        append_message(conn, agent, session_id, (memory_id, ref_role, ref_timestamp), now)
+    return Placed(memory_id, deduplicated, restored)
 
 
 def store(
@@ -203,7 +198,8 @@ def write_store(
 class StorePlaced(NamedTuple):
     reply: StoreReply
     restored: bool  # the content was a forgotten memory's, restored (audited as an unforget)
-    position: int | None = None  # where it was appended to its session's list, if it was
+    appended: bool = False  # it joined the session's list (a duplicate too, into a new session)
+    position: int | None = None  # where it joined the list (in the topic it was placed in)
 
 
 def place_store(
@@ -216,31 +212,44 @@ def place_store(
     flags: list[str] | None = None,
     topic_id: str | None = None,
 ) -> StorePlaced:
-    """write_store's reply, whether it restored a forgotten memory, and where its message was
-    appended to its session's list (in `topic_id`), if it was."""
+    """write_store's reply, whether it restored a forgotten memory, and whether (and where) the
+    memory joined the session's list (a duplicate does when stored into a session it is not
+    in), in `topic_id` when given (section 21)."""
     described = msgspec.structs.replace(
         description_of(req), flags=msgspec.json.encode(flags).decode() if flags else None
     )
+    agent = agent_of(req)
+    session_id = None if req.session_id is UNSET else req.session_id
+    timestamp = now if req.timestamp is UNSET else req.timestamp
     placed = insert_memory(
         conn,
-        agent=agent_of(req),
+        agent=agent,
         content=req.content,
         role=req.role,
         now=now,
-        timestamp=now if req.timestamp is UNSET else req.timestamp,
+        timestamp=timestamp,
         importance=(
             estimate_importance(req.content, req.role)
             if req.importance is UNSET
             else req.importance
         ),
-        session_id=None if req.session_id is UNSET else req.session_id,
+        session_id=session_id,
         metadata=None if req.metadata is UNSET else req.metadata,
         embedding=embedding,
+        append_to_session=False,  # below, to know whether it joined the list
         described=described,
         memory_id=memory_id,
-        topic_id=topic_id,
     )
+    position = None
+    if session_id is not None:
+        ref: tuple[str, str, int] = (placed.id, req.role, timestamp)
+        if placed.deduplicated:  # the list names the memory as it is: its role and time
+            held: Any = conn.execute(
+                "SELECT role, timestamp FROM memories WHERE id = ?", (placed.id,)
+            ).fetchone()
+            ref = (placed.id, str(held[0]), int(held[1]))
+        position = append_message(conn, agent, session_id, ref, now, topic_id)
     reply = StoreReply(
         id=placed.id, stored=not placed.deduplicated, deduplicated=placed.deduplicated
     )
-    return StorePlaced(reply, placed.restored, placed.position)
+    return StorePlaced(reply, placed.restored, position is not None, position)

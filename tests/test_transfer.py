@@ -269,7 +269,7 @@ def test_content_the_agent_already_holds_is_skipped_and_sessions_follow_its_id(
 ) -> None:
     """A memory whose content the agent has under another id is skipped; refs use that id."""
     with target:
-        existing, *_ = insert_memory(
+        existing, _, _ = insert_memory(
             target,
             agent=("", "a"),
             content="a: deploys fail when the cache is cold",

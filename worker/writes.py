@@ -51,6 +51,10 @@ class Write(Generic[D, R]):
     reply: Callable[[D, R], Any]
     changes: Callable[[D, R], Iterable[Change]]
     prepare: Callable[[Services, Any], Awaitable[Any]] | None = None
+    # What the worker does once the write is committed, chosen in its transaction from the
+    # decision and result (None: nothing): a store's topic due for the LLM's title. `commit`
+    # runs it on the event loop; a replay never does.
+    followup: Callable[[D, R], Callable[[Services], None] | None] | None = None
 
 
 class LogEntry(msgspec.Struct, frozen=True, array_like=True):
@@ -68,10 +72,11 @@ class LogEntry(msgspec.Struct, frozen=True, array_like=True):
 
 class Logged(NamedTuple):
     """What a write's writer job returns: the entry a sharded writer appends before it commits
-    (worker/shards/node.py), and the reply."""
+    (worker/shards/node.py), the reply, and the write's followup (Write.followup)."""
 
     entry: LogEntry
     reply: Any
+    then: Callable[[Services], None] | None = None
 
 
 _ENCODER = msgspec.json.Encoder()
@@ -98,7 +103,8 @@ def decide_and_apply(
         remember(conn, key, now)
     source, requester = ("bus", None) if call is None else (call.source, call.requester)
     entry = LogEntry(trigger, now, source, requester, _ENCODER.encode(decision), key)
-    return Logged(entry, write.reply(decision, result))
+    then = None if write.followup is None else write.followup(decision, result)
+    return Logged(entry, write.reply(decision, result), then)
 
 
 def ingest_key(trigger: str, call: Call | None) -> IngestKey | None:
@@ -133,6 +139,8 @@ async def commit(
         ),
         durable=durable,
     )
+    if logged.then is not None:
+        logged.then(services)
     return logged.reply
 
 

@@ -8,6 +8,7 @@ extract  the built-in title, labels and summary when the LLM service does not an
 stored   the store's topic step in the database: decide chooses the topic, apply writes it
 text     a topic's text as reads show it, made when the stored one is older than its messages
 reading  memory::topic::list and memory::topic::get
+titles   the LLM's title, labels and summary: what it is shown, its answer, its write
 
 Each module imports only modules listed above it; this file imports nothing. The first five
 are pure (no database).

@@ -4,6 +4,7 @@ its messages shows its text made now (handlers/topics/text.py)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import apsw
@@ -12,7 +13,7 @@ import msgspec
 from handlers.cursors import decode_cursor, encode_cursor
 from handlers.paging import fitting_page
 from handlers.session_refs import require_session
-from handlers.topics.extract import TopicText
+from handlers.topics.extract import TopicText, header_of, llm_holds
 from handlers.topics.stored import Extra, active_topic
 from handlers.topics.text import made_text
 from schema.base import Agent, agent_of
@@ -36,13 +37,23 @@ _LOOPS = msgspec.json.Decoder(list[OpenLoop])
 _EXTRA = msgspec.json.Decoder(Extra)
 
 
+# The summary's first sentence, as header_of writes it: "12 messages (5 assistant, 7 user)."
+_HEADER = re.compile(r"\A\d+ messages(?: \([^)]*\))?\.")
+
+
 def current_text(conn: apsw.Connection, agent: Agent, row: Any) -> TopicText:
-    """The topic's title, labels and summary: as stored when made at its message count, else
-    made now. `row`: COLUMNS."""
+    """The topic's title, labels and summary: the LLM's while it holds (extract.py
+    `llm_holds`), its summary's first sentence counting the messages now; else as stored when
+    made at its message count; else made now. `row`: COLUMNS."""
     topic_id, _, title, labels, summary, _, count, _, _, profile = row
     extra = _EXTRA.decode(str(profile))
+    stored = TopicText(title=str(title), labels=_LABELS.decode(str(labels)), summary=str(summary))
+    if llm_holds(extra.llm_titled or 0, int(count)):
+        header = _HEADER.match(stored.summary)
+        body = stored.summary[header.end() :] if header else " " + stored.summary
+        return msgspec.structs.replace(stored, summary=header_of(extra.roles) + body)
     if extra.text_at == int(count):
-        return TopicText(title=str(title), labels=_LABELS.decode(str(labels)), summary=str(summary))
+        return stored
     return made_text(conn, agent, str(topic_id), int(count), extra.roles)
 
 

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import apsw
 import msgspec
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from handlers.topics.assign import Incoming, assign
 from handlers.topics.extract import extract
@@ -50,11 +51,15 @@ class TopicChoice(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Extra(msgspec.Struct, frozen=True, kw_only=True):
-    """The parts of a profile assignment does not compare, kept as the `profile` column."""
+    """The parts of a profile assignment does not compare, kept as the `profile` column; and
+    where the topic's text came from: `text_at`, the message count its stored built-in text was
+    made at (handlers/topics/text.py), and `llm_titled`, the message count when the LLM's text
+    now on it was asked for (handlers/topics/titles.py), unset for the built-in text."""
 
     vocabulary: dict[str, int] = {}
     roles: dict[str, int] = {}
-    text_at: int = 0  # the message count its stored title, labels and summary were made at
+    text_at: int = 0
+    llm_titled: int | UnsetType = UNSET
 
 
 _RECENT = msgspec.json.Decoder(list[list[str]])
@@ -227,7 +232,7 @@ def _write_topic(
         "last_active_at": max(m.timestamp, int(last_at)),
         "last_position": position,
         "profile": _ENCODE.encode(
-            Extra(vocabulary=profile.vocabulary, roles=dict(roles), text_at=extra.text_at)
+            msgspec.structs.replace(extra, vocabulary=profile.vocabulary, roles=dict(roles))
         ).decode(),
     }
     conn.execute(
