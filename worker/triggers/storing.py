@@ -167,15 +167,17 @@ def decide_store(conn: apsw.Connection, req: StoreRequest, now: int, p: Prepared
 
 def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
     """The memory written (or found: dedup), then, for a new memory, its statements' facts."""
-    if switched_off(conn, agent_of(d.request)):
+    agent = agent_of(d.request)
+    if switched_off(conn, agent):
         return StoreDone(NOT_STORED, False)
-    reply, restores, appended = place_store(
+    reply, restores, appended, listed = place_store(
         conn,
         d.request,
         now=d.at,
         embedding=_vector(d.model, d.vector),
         memory_id=d.id,
         flags=d.flags,
+        topic_id=None if d.topic is None else d.topic.topic_id,
     )
     timestamp = d.at if d.request.timestamp is UNSET else d.request.timestamp
     placed = None
@@ -188,14 +190,12 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
             vector=vector,
             timestamp=timestamp,
         )
-        placed = place(conn, agent_of(d.request), d.request.session_id, d.topic, placing)
+        placed = place(conn, agent, d.request.session_id, d.topic, placing, listed)
         reply = msgspec.structs.replace(reply, topic_id=placed.topic_id)
     if not reply.stored or reply.id is None or not d.facts:  # most texts state no fact
         unfacted = msgspec.structs.replace(reply, facts=[])
         return StoreDone(unfacted, restores, topic=placed, appended=appended)
-    found = apply_planned(
-        conn, agent_of(d.request), d.facts, memory_id=reply.id, timestamp=timestamp, at=d.at
-    )
+    found = apply_planned(conn, agent, d.facts, memory_id=reply.id, timestamp=timestamp, at=d.at)
     return StoreDone(
         msgspec.structs.replace(reply, facts=found.facts),
         restores,
