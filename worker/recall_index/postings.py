@@ -126,7 +126,10 @@ class Csr:
             raise ValueError("lists: starts do not fit the values")
         if int(self.starts[0]) != 0 or bool(np.any(np.diff(self.starts) < 0)):
             raise ValueError("lists: starts out of order")
-        if len(self.values) and (int(self.values.min()) < 0 or int(self.values.max()) >= bound):
+        if self.values.dtype != np.int32:
+            raise ValueError("lists: slots of the wrong type")
+        # One pass: a negative slot read as unsigned is past any bound.
+        if len(self.values) and int(self.values.view(np.uint32).max()) >= bound:
             raise ValueError("lists: a slot out of range")
 
     def merged(self, tail: Mapping[str, Slots]) -> Csr:
