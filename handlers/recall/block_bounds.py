@@ -36,7 +36,7 @@ class BlockBounds:
         whole = rows // self.block  # the full blocks, reduced in place (no padded copy)
         size = max(16, 2 * blocks)
         newest, oldest = (np.full(size, -math.inf) for _ in range(2))
-        stamps = timestamp[:rows].reshape(-1) if rows else timestamp[:0]
+        stamps = timestamp[:rows]
         if whole:
             shaped = stamps[: whole * self.block].reshape(whole, self.block)
             newest[:whole] = shaped.max(axis=1)
@@ -48,8 +48,7 @@ class BlockBounds:
         for name, column in (("static", static), ("growth", growth)):
             fresh = np.full(size, -math.inf)
             if whole:
-                shaped = column[: whole * self.block].reshape(whole, self.block)
-                fresh[:whole] = shaped.max(axis=1)
+                fresh[:whole] = column[: whole * self.block].reshape(whole, self.block).max(axis=1)
             if blocks > whole:
                 fresh[whole] = column[whole * self.block : rows].max()
             setattr(self, name, fresh)
