@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Set as AbstractSet
 from typing import Literal, NamedTuple
 
-from handlers.sanitize_rules import FLAGGING, REDACTING, Rule, folded, hints_in
+from handlers.sanitize_rules import FLAGGING, REDACTING, Rule, folded, hint_finder
 
 Mode = Literal["redact", "flag", "off"]
 MODES: tuple[Mode, ...] = ("redact", "flag", "off")
@@ -82,6 +82,7 @@ RULES = (*REDACTING, *FLAGGING)
 # without hints always run. A placeholder's type by rule name.
 HINTS = frozenset(hint for rule in RULES for hint in rule.hints)
 _BY_HINT = {hint: tuple(rule.name for rule in RULES if hint in rule.hints) for hint in HINTS}
+_hints_in = hint_finder(HINTS)
 _ALWAYS = tuple(rule.name for rule in RULES if not rule.hints)
 _ALSO = {rule.name: rule.also for rule in RULES}
 KIND_OF = {rule.name: rule.kind for rule in REDACTING}
@@ -90,7 +91,7 @@ KIND_OF = {rule.name: rule.kind for rule in REDACTING}
 def _possible(lowered: str) -> set[str]:
     """The names of the rules that may match the (folded) text: Rule.may_match for all of
     them, with each hint looked for once."""
-    found = {name for hint in hints_in(lowered, HINTS) for name in _BY_HINT[hint]}
+    found = {name for hint in _hints_in(lowered) for name in _BY_HINT[hint]}
     return {
         name
         for name in (*found, *_ALWAYS)

@@ -67,6 +67,38 @@ def hints_in(lowered: str, hints: Iterable[str]) -> set[str]:
     return {hint for hint in hints if hint in lowered}
 
 
+def hint_finder(hints: Iterable[str]) -> Callable[[str], set[str]]:
+    """`hints_in` for a set of hints fixed once, in fewer searches of the text: the hints of one
+    character (`@`, the digits) in one search for any of them, and a longer hint holding a
+    character other than a letter (`sk-`, `ghp_`, `://`) only in a text that holds that
+    character, looked for once for all the hints that share it. Every store's text passes
+    here, and most hold none of those characters (issue 33: a search per hint was two thirds
+    of the sanitiser's 15 us on a plain 200-character text; this takes a third off it)."""
+    every = frozenset(hints)
+    single = sorted(hint for hint in every if len(hint) == 1)
+    singles = re.compile("[" + "".join(re.escape(hint) for hint in single) + "]")
+    gated: dict[str, list[str]] = {}
+    words: list[str] = []
+    for hint in sorted(every - set(single)):
+        gate = next((char for char in hint if not char.isalpha()), None)
+        if gate is None:
+            words.append(hint)
+        else:
+            gated.setdefault(gate, []).append(hint)
+    gates = tuple((gate, tuple(found)) for gate, found in gated.items())
+
+    def find(lowered: str) -> set[str]:
+        found = {hint for hint in words if hint in lowered}
+        if single:
+            found.update(singles.findall(lowered))
+        for gate, behind in gates:
+            if gate in lowered:
+                found.update(hint for hint in behind if hint in lowered)
+        return found
+
+    return find
+
+
 DIGITS = tuple("0123456789")
 _NOT_INSIDE_TOKEN = r"(?<![A-Za-z0-9_-])"
 _NOT_INSIDE_NUMBER = r"(?<![\w.+/-])"

@@ -198,6 +198,7 @@ def write_store(
 class StorePlaced(NamedTuple):
     reply: StoreReply
     restored: bool  # the content was a forgotten memory's, restored (audited as an unforget)
+    appended: bool = False  # it joined the session's list (a duplicate too, into a new session)
 
 
 def place_store(
@@ -209,29 +210,43 @@ def place_store(
     memory_id: str | None = None,
     flags: list[str] | None = None,
 ) -> StorePlaced:
-    """write_store's reply, and whether it restored a forgotten memory."""
+    """write_store's reply, whether it restored a forgotten memory, and whether the memory
+    joined the session's list (a duplicate does when stored into a session it is not in)."""
     described = msgspec.structs.replace(
         description_of(req), flags=msgspec.json.encode(flags).decode() if flags else None
     )
+    agent = agent_of(req)
+    session_id = None if req.session_id is UNSET else req.session_id
+    timestamp = now if req.timestamp is UNSET else req.timestamp
     placed = insert_memory(
         conn,
-        agent=agent_of(req),
+        agent=agent,
         content=req.content,
         role=req.role,
         now=now,
-        timestamp=now if req.timestamp is UNSET else req.timestamp,
+        timestamp=timestamp,
         importance=(
             estimate_importance(req.content, req.role)
             if req.importance is UNSET
             else req.importance
         ),
-        session_id=None if req.session_id is UNSET else req.session_id,
+        session_id=session_id,
         metadata=None if req.metadata is UNSET else req.metadata,
         embedding=embedding,
+        append_to_session=False,  # below, to know whether it joined the list
         described=described,
         memory_id=memory_id,
     )
+    appended = False
+    if session_id is not None:
+        ref: tuple[str, str, int] = (placed.id, req.role, timestamp)
+        if placed.deduplicated:  # the list names the memory as it is: its role and time
+            held: Any = conn.execute(
+                "SELECT role, timestamp FROM memories WHERE id = ?", (placed.id,)
+            ).fetchone()
+            ref = (placed.id, str(held[0]), int(held[1]))
+        appended = append_message(conn, agent, session_id, ref, now)
     reply = StoreReply(
         id=placed.id, stored=not placed.deduplicated, deduplicated=placed.deduplicated
     )
-    return StorePlaced(reply, placed.restored)
+    return StorePlaced(reply, placed.restored, appended)

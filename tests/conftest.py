@@ -17,7 +17,7 @@ from tests.support import HOSTILE_TALLY, Client
 from worker.app import App
 from worker.config import load_config
 from worker.embedded import server_binary
-from worker.logs import configure_logging
+from worker.logs import configure_logging, merge_request
 
 
 def start_nats(store: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -97,7 +97,7 @@ def captured_logs() -> Iterator[list[MutableMapping[str, Any]]]:
     configure_logging("info", "console")
     # With the context vars merged, as the worker's own processors do (worker/logs.py).
     with structlog.testing.capture_logs(
-        processors=[structlog.contextvars.merge_contextvars]
+        processors=[merge_request, structlog.contextvars.merge_contextvars]
     ) as logs:
         yield logs
     configure_logging("warning", "console")

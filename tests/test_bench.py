@@ -247,7 +247,8 @@ def test_bench_fact_store_prints_query_p50_beside_the_echo_and_stores_per_second
     None
 ):
     """--fact-store on small sizes: the query's p50 and its ratio to the echo measured in the same
-    run, and stores per second with extraction on and off (their ratio)."""
+    run, and stores per second with extraction on and off (their ratio), with each worker's CPU
+    per store (their ratio)."""
     command = [sys.executable, "-m", "worker", "bench", "--fact-store", "--fact-count", "200",
                "--fact-stores", "600", "--fact-rounds", "1", "--echo", "50", "--json"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -261,6 +262,10 @@ def test_bench_fact_store_prints_query_p50_beside_the_echo_and_stores_per_second
     [ratio] = stores["ratios"]  # one round: its ratio is the median
     assert stores["ratio"] == ratio
     assert abs(ratio / (stores["extract"] / stores["off"]) - 1) < 0.05  # rates are rounded
+    assert stores["cpu_us_extract"] > 0 and stores["cpu_us_off"] > 0
+    [cpu_ratio] = stores["cpu_ratios"]
+    assert stores["cpu_ratio"] == cpu_ratio
+    assert abs(cpu_ratio / (stores["cpu_us_extract"] / stores["cpu_us_off"]) - 1) < 0.05
 
 
 def test_bench_topics_prints_purity_completeness_resume_and_cost() -> None:
@@ -289,8 +294,9 @@ def test_bench_topics_prints_purity_completeness_resume_and_cost() -> None:
 
 
 def test_bench_stores_prints_stores_per_second_in_flight_the_lone_p50_and_the_echo() -> None:
-    """`--stores`: stores over the bus alone at `--in-flight`, the worker's CPU per store and
-    the p50 of stores one at a time, beside the NATS echo; every figure of every run."""
+    """`--stores`: stores over the bus alone at `--in-flight`, the worker's CPU per store (and
+    its event loop's, the client's and nats-server's) and the p50 of stores one at a time,
+    beside the NATS echo; every figure of every run."""
     done = subprocess.run(
         [sys.executable, "-m", "worker", "bench", "--stores", "--embedder", "none",
          "--memories", "200", "--in-flight", "8", "--runs", "1", "--echo", "10", "--json"],
@@ -302,6 +308,10 @@ def test_bench_stores_prints_stores_per_second_in_flight_the_lone_p50_and_the_ec
     [run] = results["runs"]
     for figure in ("per_second", "worker_cpu_us", "alone_p50_ms", "echo_p50_ms"):
         assert run[figure] > 0 and results["median"][figure] == run[figure]
+    # Where else the CPU went: the worker's event loop thread, the bench client, nats-server
+    # (the last two share the machine with the worker; /proc counts in 10 ms ticks).
+    assert run["client_cpu_us"] > 0
+    assert run["loop_cpu_us"] >= 0 and run["nats_cpu_us"] >= 0
 
 
 def test_bench_topic_cost_prints_store_p50_with_and_without_topics_and_resume_p50() -> None:

@@ -71,7 +71,11 @@ async def test_a_refused_request_is_logged_with_its_code_and_field_never_its_val
 
 @pytest.fixture
 async def compacting(nats_url: str, tmp_path: Path) -> AsyncIterator[Client]:
-    app = App(worker_config(nats_url, tmp_path / "memory.db", llm_timeout=0.5))
+    # Only compaction asks the LLM: a topic's title would log its own `llm.fallback`.
+    config = worker_config(
+        nats_url, tmp_path / "memory.db", llm_timeout=0.5, topic_titles="builtin"
+    )
+    app = App(config)
     await app.start()
     nc = await nats.connect(nats_url)
     yield Client(nc)

@@ -183,9 +183,32 @@ async def logged_triggers(nc: Any, last: int) -> set[str]:
     return found
 
 
+async def llm_titles_a_topic(nc: Any, client: Client) -> None:
+    """The LLM's text of a topic that reached 3 messages (worker/topic_titles.py), written in
+    the background once a stand-in for llm.complete answers."""
+    text = {"title": "Sourdough", "labels": ["bread"], "summary": "Baking a sourdough loaf."}
+
+    async def answer(msg: Any) -> None:
+        await msg.respond(msgspec.json.encode({"content": msgspec.json.encode(text).decode()}))
+
+    llm = await nc.subscribe("llm.complete", cb=answer)
+    await nc.flush()
+    for line in ("My sourdough starter smells of acetone after feeding", "Feed it twice daily",
+                 "How warm should the sourdough starter be kept overnight?"):  # fmt: skip
+        await client.store("t", line, sessionId="bake")
+
+    async def titled() -> bool:
+        listed = await client.ok("memory::topic::list", {"agentId": "t", "sessionId": "bake"})
+        return [topic["title"] for topic in listed["topics"]] == ["Sourdough"]
+
+    await wait_until(titled, "the LLM's title on the topic")
+    await llm.unsubscribe()
+
+
 async def drive_the_rest(app: ShardApp, nc: Any, client: Client) -> None:
     """The writes no request makes: an ingested message's (its key is logged with it), the
-    schedule's claims, and the backfill's vectors (repair's merged memory has none)."""
+    schedule's claims, the backfill's vectors (repair's merged memory has none) and the LLM's
+    text of a topic."""
     from zoneinfo import ZoneInfo
 
     from scheduler.jobs import CronJob, Schedule
@@ -199,6 +222,7 @@ async def drive_the_rest(app: ShardApp, nc: Any, client: Client) -> None:
         ]:
             break
         await asyncio.sleep(0.05)
+    await llm_titles_a_topic(nc, client)
     node = app.nodes[0]
     assert node.services is not None
     now = [node.services.clock()]

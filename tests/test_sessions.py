@@ -45,7 +45,12 @@ class StubLlm:
 
 @pytest.fixture
 async def session_worker(nats_url: str, tmp_path: Path) -> AsyncIterator[App]:
-    app = App(worker_config(nats_url, tmp_path / "memory.db", llm_timeout=1.0))
+    # Only compaction asks the LLM here: the tests count its requests (topics' titles, which
+    # ask it too, are tested in tests/test_topics_llm.py).
+    config = worker_config(
+        nats_url, tmp_path / "memory.db", llm_timeout=1.0, topic_titles="builtin"
+    )
+    app = App(config)
     await app.start()
     yield app
     await app.stop()

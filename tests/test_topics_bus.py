@@ -172,3 +172,27 @@ async def test_a_stores_audit_event_names_the_topic_it_wrote_and_its_count_never
     ]
     audited = str(events)
     assert "Lisbon" not in audited and "KeyError" not in audited
+
+
+async def test_a_duplicate_stored_into_a_new_session_is_audited_with_the_topic_it_joined(
+    client: Client,
+) -> None:
+    """The same content stored into another session joins that session's list and a topic of
+    it: its audit row is a store's, naming the memory and the topic (with `deduplicated`), as a
+    first store's is; storing it again into the same session changes nothing and adds no row."""
+    first = await client.store("a", TRIP[0][1], role="user", sessionId="s1")
+    again = await client.store("a", TRIP[0][1], role="user", sessionId="s2")
+    assert again["deduplicated"] is True and again["id"] == first["id"]
+    assert again["topicId"] != first["topicId"]
+    await client.store("a", TRIP[0][1], role="user", sessionId="s2")  # nothing new
+    events = (await client.ok("memory::audit", {"agentId": "a"}))["events"]
+    stores = [e for e in events if e["trigger"] == "memory::store"]
+    assert [(e["ids"], e.get("detail")) for e in stores] == [
+        ([first["id"]], {"topic": {"id": first["topicId"], "messageCount": 1}}),
+        (
+            [first["id"]],
+            {"deduplicated": True, "topic": {"id": again["topicId"], "messageCount": 1}},
+        ),
+    ]
+    listed = await client.ok("memory::topic::list", {"agentId": "a", "sessionId": "s2"})
+    assert [t["id"] for t in listed["topics"]] == [again["topicId"]]

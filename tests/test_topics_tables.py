@@ -69,3 +69,25 @@ def test_erasure_removes_the_agents_topics_and_stats_count_them(tmp_path: Path) 
         apply_erase(conn, Erasure(("", "a")))
     assert [row[1] for row in conn.execute("SELECT * FROM topics")] == ["b", "b"]
     assert table_counts(conn, "", ["a"], now=0)["topics"] == 0
+
+
+def test_a_topic_titled_by_the_llm_keeps_its_text_and_mark_through_export_and_import(
+    tmp_path: Path,
+) -> None:
+    """The LLM's title and the mark of where it came from (`llmTitled`, the message count it
+    was asked at) travel, so the next built-in refresh after import leaves the text alone."""
+    source = migrated(tmp_path / "source.db")
+    fill(source, "a")
+    with source:
+        source.execute(
+            "UPDATE topics SET title = 'Lisbon trip (LLM)', profile = "
+            """'{"vocabulary":{"lisbon":2},"roles":{"user":2},"llm_titled":2}' WHERE id = 'trip'"""
+        )
+    out = io.BytesIO()
+    export_jsonl(source, out, agent_id=None, now=1)
+    [line] = [line for line in out.getvalue().splitlines() if b'"id":"trip"' in line]
+    assert b'"llmTitled":2' in line and b"Lisbon trip (LLM)" in line
+    assert out.getvalue().count(b"llmTitled") == 1  # a built-in text carries no mark
+    target = migrated(tmp_path / "target.db")
+    import_jsonl(target, out.getvalue().splitlines(keepends=True))
+    assert topics(target) == topics(source)

@@ -147,7 +147,7 @@ async def test_a_person_signs_in_searches_edits_pins_forgets_deletes_and_erases_
     problems = {path: found for path, found in visit.checked.items() if found}
     assert not problems, problems
     for page in ("/login", "/", "/agent", "/memory", "/memory/delete", "/sessions", "/session",
-                 "/graph", "/audit", "/stats", "/settings"):  # fmt: skip
+                 "/topics", "/topic", "/graph", "/audit", "/stats", "/settings"):  # fmt: skip
         assert page in visit.checked, page
 
 
@@ -203,6 +203,12 @@ def drive(base: str, token: str, shots: Path) -> Visit:
         visit.follow("s1")
         assert "alice flies to Lisbon" in visit.text()
         visit.shot("transcript")
+        visit.follow("Its topics")
+        assert visit.h1() == "Topics of session s1 of alice-1"
+        visit.go(driver.find_element(By.XPATH, "//section//h2/a"))
+        assert visit.h1().startswith("Topic:") and "alice flies to Lisbon" in visit.text()
+        assert "What an agent reads to pick it up" in visit.text()
+        visit.shot("topic")
         visit.follow("Knowledge graph")
         visit.fill("entity", "alice")
         visit.press("Show")

@@ -16,10 +16,13 @@ from typing import Any
 import nats
 import nats.errors
 import structlog
+from nats.aio.msg import Msg
 from nats.micro import add_service
+from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 from nats.micro.request import Request as MicroRequest
 from nats.micro.service import EndpointConfig, Group, GroupManager, Service
 
+from schema.errors import WorkerError
 from worker.dispatch import Dispatcher
 from worker.payload import reply_budget, too_large
 from worker.route import Route, prefix_groups
@@ -35,6 +38,7 @@ QUEUE_GROUP = "memory-worker"
 MICRO_STATS_PATCHED_FOR = "2.16.0"
 MICRO_ENDPOINT_COUNTERS = (
     "_name",
+    "_subscription",
     "_num_requests",
     "_num_errors",
     "_last_error",
@@ -43,27 +47,22 @@ MICRO_ENDPOINT_COUNTERS = (
 )
 
 
-def count_in_micro_stats(
-    service: Service, endpoint_name: str, elapsed_ns: int, error: str | None
-) -> None:
+def count_in_micro_stats(endpoint: Any, elapsed_ns: int, error: str | None) -> None:
     """Add a request's real processing time, and its error, to `$SRV.STATS`: the one place
-    that writes nats.micro's private counters (MICRO_ENDPOINT_COUNTERS).
+    that writes nats.micro's private counters (MICRO_ENDPOINT_COUNTERS) of an endpoint.
 
     nats.micro times only its endpoint handler, which hands the request to a task of ours so
     that one endpoint serves many requests at once (a subscription's handler runs one message
     at a time), and it counts an error only when the handler raises, while the task answers
     errors itself with our own body. Its public API has no way in: `stats_handler` fills only
     each endpoint's `data`, not the counters."""
-    for endpoint in service._endpoints:
-        if endpoint._name == endpoint_name:
-            endpoint._processing_time += elapsed_ns
-            endpoint._average_processing_time = int(
-                endpoint._processing_time / max(1, endpoint._num_requests)
-            )
-            if error is not None:
-                endpoint._num_errors += 1
-                endpoint._last_error = error
-            return
+    endpoint._processing_time += elapsed_ns
+    endpoint._average_processing_time = int(
+        endpoint._processing_time / max(1, endpoint._num_requests)
+    )
+    if error is not None:
+        endpoint._num_errors += 1
+        endpoint._last_error = error
 
 
 class MemoryService:
@@ -106,48 +105,68 @@ class MemoryService:
                     metadata={"trigger": route.trigger},
                 )
             )
+            self._take_messages(route, service._endpoints[-1])
 
     def _handler(self, route: Route[Any, Any]) -> Any:
+        """nats.micro's handler of the endpoint, for a message that reached it (a subscription
+        made before _take_messages): the request to a task of its own."""
+
         async def accept(request: MicroRequest) -> None:
-            task = asyncio.get_running_loop().create_task(self._serve(route, request))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._start(route, request._msg, None)
 
         return accept
 
-    async def _serve(self, route: Route[Any, Any], request: MicroRequest) -> None:
+    def _take_messages(self, route: Route[Any, Any], endpoint: Any) -> None:
+        """The endpoint's subscription hands each message to a task of ours directly, counted
+        as nats.micro counts it, without its Request around each one and its timing of a
+        handler that only starts a task (issue 33: at 64 stores in flight, the plumbing around
+        a request cost as much as the store). $SRV.PING, INFO and STATS answer as before."""
+        subscription = endpoint._subscription
+
+        async def accept(msg: Msg) -> None:
+            endpoint._num_requests += 1
+            self._start(route, msg, endpoint)
+
+        subscription._cb = accept
+
+    def _start(self, route: Route[Any, Any], msg: Msg, endpoint: Any) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(route, msg, endpoint))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, route: Route[Any, Any], msg: Msg, endpoint: Any) -> None:
         started = time.perf_counter_ns()
         # Under tenancy no headers at all (`{}`) is a request from the worker's own account,
         # which no service import stamped; None keeps the dispatcher from looking.
-        headers = (request.headers or {}) if self._tenanted else None
+        headers = (msg.headers or {}) if self._tenanted else None
         # What the server takes in one message now (its INFO, which a reconnect may change).
         budget = reply_budget(self._nc)
         outcome = await self._dispatcher.handle(
-            route.trigger, request.data, headers=headers, budget=budget
+            route.trigger, msg.data, headers=headers, budget=budget
         )
         error = outcome.error
-        assert self._service is not None
-        count_in_micro_stats(
-            self._service,
-            route.endpoint,
-            time.perf_counter_ns() - started,
-            None if error is None else f"{error.status}:{error.message}",
-        )
+        if endpoint is not None:
+            count_in_micro_stats(
+                endpoint,
+                time.perf_counter_ns() - started,
+                None if error is None else f"{error.status}:{error.message}",
+            )
         try:
+            if not msg.reply:  # a publish, not a request: done, with nowhere to answer
+                raise ValueError("no reply subject set")
             if error is None:
-                await request.respond(outcome.body)
+                await self._nc.publish(msg.reply, outcome.body)
             else:
-                await request.respond_error(error.status, error.message, data=outcome.body)
+                await self._nc.publish(msg.reply, outcome.body, headers=_error(error))
         except nats.errors.MaxPayloadError:
             # Dispatch holds replies to the budget; should the server have lowered max_payload
             # meanwhile, the caller is told so too rather than left to its timeout.
             refused = too_large(len(outcome.body), reply_budget(self._nc), route.bounded_by)
             log.warning("reply.too_large", trigger=route.trigger, bytes=len(outcome.body))
-            count_in_micro_stats(
-                self._service, route.endpoint, 0, f"{refused.status}:{refused.message}"
-            )
+            if endpoint is not None:
+                count_in_micro_stats(endpoint, 0, f"{refused.status}:{refused.message}")
             with contextlib.suppress(Exception):
-                await request.respond_error(refused.status, refused.message)
+                await self._nc.publish(msg.reply, b"", headers=_error(refused))
         except Exception as failure:
             log.warning("reply.failed", trigger=route.trigger, error=str(failure))
 
@@ -158,3 +177,8 @@ class MemoryService:
             await self._service.stop()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout)
+
+
+def _error(error: WorkerError) -> dict[str, str]:
+    """The NATS service error headers of a refusal, as nats.micro's respond_error sets them."""
+    return {ERROR_HEADER: error.message, ERROR_CODE_HEADER: error.status}

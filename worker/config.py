@@ -51,6 +51,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     # `assign`: a message stored in a session joins a topic (section 21); `off`: it joins none
     # (what the topic step costs, measured by `bench --topic-cost`).
     topics: Literal["assign", "off"] = "assign"
+    # `llm`: a topic's title, labels and summary are asked of llm.complete in the background
+    # (worker/topic_titles.py), the built-in text kept when it does not answer; `builtin`: never.
+    topic_titles: Literal["llm", "builtin"] = "llm"
     # `formula`: recall is the exact top-k of the score; `expanded`: that ranking, with a memory
     # lifted by its stronger neighbours in the conversation (handlers/recall/expand.py).
     recall: Literal["formula", "expanded"] = "expanded"

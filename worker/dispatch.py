@@ -29,6 +29,7 @@ from worker.audit import CALL
 from worker.db import DAMAGED
 from worker.json_keys import duplicate_key
 from worker.locate import refusal
+from worker.logs import REQUEST, info_enabled
 from worker.payload import reply_budget, too_large
 from worker.route import Route
 from worker.services import Context, Services
@@ -164,14 +165,20 @@ class Dispatcher:
 
         Every line logged while the request runs (an LLM fallback, an embedding failure, the
         maintenance counts) carries its trigger, source, tenant and, once decoded, agent: they
-        are bound in structlog's context vars for the call and restored after it."""
-        bound = structlog.contextvars.bind_contextvars(
-            trigger=trigger, source=source, agent=None, tenant=caller.tenant
-        )
+        are the request's log context for the call (worker/logs.py REQUEST), restored after it."""
+        context: dict[str, Any] = {
+            "trigger": trigger,
+            "source": source,
+            "agent": None,
+            "tenant": caller.tenant,
+        }
+        token = REQUEST.set(context)
         try:
-            return await self._handle(trigger, data, source, caller, headers, budget, message)
-        finally:  # each variable as it was before (structlog's bound_contextvars reads them all)
-            structlog.contextvars.reset_contextvars(**bound)
+            return await self._handle(
+                trigger, data, source, caller, headers, budget, message, context
+            )
+        finally:
+            REQUEST.reset(token)
 
     async def _handle(
         self,
@@ -181,7 +188,8 @@ class Dispatcher:
         caller: Caller,
         headers: Mapping[str, str] | None,
         budget: int | None,
-        message: Delivery | None = None,
+        message: Delivery | None,
+        context: dict[str, Any],
     ) -> Outcome:
         started = time.perf_counter()
         agent = None
@@ -189,16 +197,17 @@ class Dispatcher:
             None  # a success, for the route's report
         )
         audit_call = None
-        self.in_flight += 1
+        telemetry = self.telemetry
+        telemetry.in_flight += 1
         try:
             route = self.routes[trigger]
             if headers is not None and self.services.config.tenancy == "account":
                 caller = caller_of(headers, self.services.config.account)
-                structlog.contextvars.bind_contextvars(tenant=caller.tenant)
+                context["tenant"] = caller.tenant
             request = self.decode(trigger, data)
             agent = getattr(request, "agent_id", None)
             agent = agent if isinstance(agent, str) else None
-            structlog.contextvars.bind_contextvars(agent=agent)
+            context["agent"] = agent
             request = self.scope(route, request, caller)
             # An ingested message's key is kept where the request's write goes (its scope).
             key = None if message is None else IngestKey(*route.scope.keeper(request), message)
@@ -225,22 +234,23 @@ class Dispatcher:
             failure = Internal(f"internal error ({type(error).__name__})")
             outcome = Outcome(self._encoder.encode(error_reply(failure)), failure)
         finally:
-            self.in_flight -= 1
+            telemetry.in_flight -= 1
             if audit_call is not None:
                 CALL.reset(audit_call)
         duration_ms = (time.perf_counter() - started) * 1000
         failed = None if isinstance(outcome.error, Repeated) else outcome.error  # done already
         self._count(trigger, duration_ms, failed, caller.tenant)
-        refusal = {} if outcome.error is None else {"field": outcome.error.field}
-        log.info(
-            "trigger.handled",
-            trigger=trigger,
-            source=source,
-            agent=agent,
-            duration_ms=round(duration_ms, 3),
-            outcome="ok" if outcome.error is None else outcome.error.code,
-            **refusal,
-        )
+        if info_enabled():  # at thousands of requests a second, a line not written costs
+            refusal = {} if outcome.error is None else {"field": outcome.error.field}
+            log.info(
+                "trigger.handled",
+                trigger=trigger,
+                source=source,
+                agent=agent,
+                duration_ms=round(duration_ms, 3),
+                outcome="ok" if outcome.error is None else outcome.error.code,
+                **refusal,
+            )
         if reported is not None and reported[0].report is not None:
             reported[0].report(self.services, trigger, source, reported[1], reported[2])
         return outcome

@@ -57,6 +57,12 @@ class EmbeddedServer:
     def url(self) -> str:
         return f"nats://{self.host}:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        """The nats-server process's id, once started (the bench reads its CPU time)."""
+        assert self._process is not None, "started"
+        return self._process.pid
+
     async def start(self, timeout: float = 10.0) -> None:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self._lock = _hold_lock(self.store_dir, self.url)

@@ -1,4 +1,5 @@
-"""The call out to `llm.complete` that session compaction makes, one request per chunk.
+"""The calls out to `llm.complete`: session compaction's, one request per chunk, and a topic's
+title (worker/topic_titles.py), one request.
 
 Any failure (no responder, a timeout, an error reply, an empty or malformed answer) makes the
 whole summary fall back to the worker's own: a summary is never partly from the LLM.
@@ -53,10 +54,10 @@ class Fallback(Exception):
         self.reason = reason
 
 
-async def _complete(nc: Any, config: Config, chunk: str) -> str:
+async def _complete(nc: Any, config: Config, chunk: str, system: str = SYSTEM_PROMPT) -> str:
     request = LlmRequest(
         model=LlmModel(config.llm_provider, config.llm_model, config.llm_max_tokens),
-        system_prompt=SYSTEM_PROMPT,
+        system_prompt=system,
         messages=[LlmMessage("user", chunk)],
     )
     try:
@@ -89,3 +90,27 @@ async def summarise(nc: Any, config: Config, chunks: list[str]) -> str | None:
         )
         return None
     return "\n\n".join(answers)
+
+
+async def answer(nc: Any, config: Config, system: str, text: str, purpose: str) -> str | None:
+    """The LLM's answer to one request (timeout `llm_timeout`), or None when it gives none;
+    then `llm.fallback` says why, with `purpose` (what the answer was for)."""
+    try:
+        return await _complete(nc, config, text, system)
+    except Fallback as fallback:
+        log.info("llm.fallback", reason=fallback.reason, subject=SUBJECT, purpose=purpose)
+    except Exception as error:  # a closed connection (the worker stopping), or anything unforeseen
+        report = log.info if stopping(nc) else log.warning
+        report(
+            "llm.fallback",
+            reason="failed",
+            error=type(error).__name__,
+            subject=SUBJECT,
+            purpose=purpose,
+        )
+    return None
+
+
+def stopping(nc: Any) -> bool:
+    """Whether the NATS connection is closing or closed: what fails then is the stop's doing."""
+    return nc is None or bool(nc.is_closed or nc.is_draining)

@@ -18,6 +18,8 @@ from typing import Any
 from worker.recall_index.backfill import EMBED, EMBEDDED
 from worker.route import Route, ingestible, table
 from worker.shards.claims import CRON_WRITES
+from worker.topic_titles import TITLING
+from worker.topic_titles import TRIGGER as TITLE
 from worker.triggers import (
     agents,
     canonical,
@@ -51,8 +53,10 @@ ROUTES = table(
 BY_TRIGGER = {route.trigger: route for route in ROUTES}
 # The trigger of each verb that durable ingestion takes (`kg.add` -> memory::kg::add).
 INGESTED = ingestible(ROUTES)
-# Writes of no trigger's: the backfill's vectors and the schedule's claims (sharded mode).
+# Writes of no trigger's: the backfill's vectors, the schedule's claims (sharded mode) and the
+# LLM's topic texts.
 UNROUTED_WRITES: dict[str, Write[Any, Any]] = {EMBEDDED: EMBED} | CRON_WRITES
+UNROUTED_WRITES[TITLE] = TITLING
 
 
 def all_writes(routes: Iterable[Route[Any, Any]] = ROUTES) -> dict[str, Write[Any, Any]]:

@@ -16,6 +16,7 @@ from worker.recall_index.index import MemoryIndex
 from worker.recalls_first import RecallsFirst
 from worker.telemetry import Telemetry
 from worker.tenancy import Grants
+from worker.topic_titles import TopicTitler
 from worker.writer import Writer
 
 
@@ -70,3 +71,5 @@ class Services:
     telemetry: Telemetry = field(default_factory=Telemetry)
     # Per-user agent grants under tenancy (MEMORY_WORKER_GRANTS); empty: none.
     grants: Grants = field(default_factory=Grants)
+    # Topics' texts asked of the LLM in the background, bounded per process (the Shared one).
+    titler: TopicTitler = field(default_factory=TopicTitler)

@@ -32,7 +32,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from worker.recalls_first import RecallsFirst
 from worker.services import Services, wall_clock_ms
 from worker.telemetry import Telemetry
 from worker.tenancy import Grants
+from worker.topic_titles import TopicTitler
 from worker.writer import Writer
 
 log = structlog.get_logger()
@@ -71,6 +72,7 @@ class Shared:
     grants: Grants
     nc: Any = None
     clock: Callable[[], int] = wall_clock_ms
+    titler: TopicTitler = field(default_factory=TopicTitler)  # one bound for every partition
 
 
 def index_dir(db_path: Path, config: Config) -> Path | None:
@@ -165,6 +167,7 @@ class Storage:
             telemetry=shared.telemetry,
             grants=shared.grants,
             recalls_first=shared.gate,
+            titler=shared.titler,
         )
         return self.services
 
@@ -214,6 +217,8 @@ class Storage:
         self._stack.push_async_callback(close)
 
     async def _wait_background(self) -> None:
+        if self.services is not None:
+            self.services.titler.cancel(self.services)  # an LLM's answer is not waited for
         if self.services is not None and self.services.background:
             await asyncio.wait(set(self.services.background), timeout=DRAIN_SECONDS)
 

@@ -9,12 +9,14 @@ only, so that the scheduler can depend on it without depending on the worker's r
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 # Upper bounds (seconds) of the request latency histogram exported as Prometheus metrics.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+_BOUNDS_MS = tuple(bound * 1000 for bound in LATENCY_BUCKETS)
 
 
 @dataclass
@@ -31,10 +33,9 @@ class TriggerStats:
         if error_code is not None:
             self.errors += 1
             self.errors_by_code[error_code] = self.errors_by_code.get(error_code, 0) + 1
-        for at, bound in enumerate(LATENCY_BUCKETS):
-            if duration_ms <= bound * 1000:
-                self.buckets[at] += 1
-                break
+        at = bisect_left(_BOUNDS_MS, duration_ms)  # the first bound at or above it
+        if at < len(_BOUNDS_MS):
+            self.buckets[at] += 1
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,10 @@ class Write(Generic[D, R]):
     reply: Callable[[D, R], Any]
     changes: Callable[[D, R], Iterable[Change]]
     prepare: Callable[[Services, Any], Awaitable[Any]] | None = None
+    # What the worker does once the write is committed, chosen in its transaction from the
+    # decision and result (None: nothing): a store's topic due for the LLM's title. `commit`
+    # runs it on the event loop; a replay never does.
+    followup: Callable[[D, R], Callable[[Services], None] | None] | None = None
 
 
 class LogEntry(msgspec.Struct, frozen=True, array_like=True):
@@ -67,11 +71,24 @@ class LogEntry(msgspec.Struct, frozen=True, array_like=True):
 
 
 class Logged(NamedTuple):
-    """What a write's writer job returns: the entry a sharded writer appends before it commits
-    (worker/shards/node.py), and the reply."""
+    """What a write's writer job returns: the reply, the write's followup (Write.followup),
+    and what a sharded writer appends to its log before it commits (worker/shards/node.py):
+    `entry`, encoded only when asked for, since a single worker logs nothing (issue 33:
+    encoding every store's decision cost its writer)."""
 
-    entry: LogEntry
     reply: Any
+    then: Callable[[Services], None] | None
+    trigger: str
+    at: int
+    source: str
+    requester: str | None
+    decision: Any
+    key: IngestKey | None
+
+    @property
+    def entry(self) -> LogEntry:
+        encoded = _ENCODER.encode(self.decision)
+        return LogEntry(self.trigger, self.at, self.source, self.requester, encoded, self.key)
 
 
 _ENCODER = msgspec.json.Encoder()
@@ -97,8 +114,9 @@ def decide_and_apply(
     if key is not None:
         remember(conn, key, now)
     source, requester = ("bus", None) if call is None else (call.source, call.requester)
-    entry = LogEntry(trigger, now, source, requester, _ENCODER.encode(decision), key)
-    return Logged(entry, write.reply(decision, result))
+    then = None if write.followup is None else write.followup(decision, result)
+    reply = write.reply(decision, result)
+    return Logged(reply, then, trigger, now, source, requester, decision, key)
 
 
 def ingest_key(trigger: str, call: Call | None) -> IngestKey | None:
@@ -133,6 +151,8 @@ async def commit(
         ),
         durable=durable,
     )
+    if logged.then is not None:
+        logged.then(services)
     return logged.reply
 
 

@@ -98,12 +98,16 @@ def _confirmed(
     return Found((str(current[0]), int(current[1]), float(current[2]), int(current[3])), None)
 
 
+_ADD_SOURCE = (
+    "INSERT OR IGNORE INTO fact_sources (tenant, agent_id, fact_id, memory_id) VALUES (?, ?, ?, ?)"
+)
+
+
 def add_sources(conn: apsw.Connection, agent: Agent, fact_id: str, sources: Sequence[str]) -> None:
-    conn.executemany(
-        "INSERT OR IGNORE INTO fact_sources (tenant, agent_id, fact_id, memory_id) "
-        "VALUES (?, ?, ?, ?)",
-        [(*agent, fact_id, memory_id) for memory_id in sources],
-    )
+    if len(sources) == 1:  # a stored memory's facts: one source, one plain statement
+        conn.execute(_ADD_SOURCE, (*agent, fact_id, sources[0]))
+    elif sources:
+        conn.executemany(_ADD_SOURCE, [(*agent, fact_id, memory_id) for memory_id in sources])
 
 
 def assert_fact(

@@ -171,11 +171,28 @@ def _stated(before: str, phrasing: Phrasing) -> bool:
         return False
     marks = list(w.CLAUSE_MARK.finditer(before))
     clause = before[marks[-1].end() :] if marks else before
-    if w.ASKING.search(clause) or w.CONDITION.search(clause) or w.WISH.search(clause):
-        return False
-    if _NEGATED.search(clause):
-        return False
-    return phrasing.past or not w.UNTIL.search(clause)
+    refuted, until = _read_clause(clause)
+    return not refuted and (phrasing.past or not until)
+
+
+_CLAUSES: dict[str, tuple[bool, bool]] = {}  # clause -> _read_clause's answer
+_CLAUSES_KEPT = 4096
+
+
+def _read_clause(clause: str) -> tuple[bool, bool]:
+    """Whether the clause before a head asks, supposes, wishes or denies it, and whether it ends
+    in "when" or "until". Remembered: the clauses met are mostly the same few ("", "so ", " ")
+    and reading one takes five patterns."""
+    found = _CLAUSES.get(clause)
+    if found is None:
+        refuted = (
+            w.ASKING.search(clause) or w.CONDITION.search(clause) or w.WISH.search(clause)
+        ) is not None or _NEGATED.search(clause) is not None
+        found = (refuted, w.UNTIL.search(clause) is not None)
+        if len(_CLAUSES) >= _CLAUSES_KEPT:
+            _CLAUSES.clear()
+        _CLAUSES[clause] = found
+    return found
 
 
 def _trimmed(raw: str, kind: str) -> tuple[str, bool]:

@@ -49,7 +49,7 @@ def subject_of(role: str, metadata: Any) -> str:
 def plan_facts(role: str, metadata: Any, statements: Sequence[Statement]) -> list[PlannedFact]:
     """What the store will assert and end (statements whose predicate or object a fact cannot
     hold are left out)."""
-    if role not in READ_ROLES:
+    if not statements or role not in READ_ROLES:
         return []
     subject = subject_of(role, metadata)
     return [
@@ -82,4 +82,9 @@ def apply_planned(
         done = assert_fact(conn, agent, claim, new_id=plan.id, at=at)
         facts.append(done.id)
         superseded += done.ended
-    return FromMemory(*(list(dict.fromkeys(ids)) for ids in (facts, superseded, ended)))
+    return FromMemory(_once(facts), _once(superseded), _once(ended))
+
+
+def _once(ids: list[str]) -> list[str]:
+    """Each id once, in order (a text of one statement, the usual, has nothing to drop)."""
+    return ids if len(ids) < 2 else list(dict.fromkeys(ids))

@@ -1,6 +1,7 @@
 """The topics table (contract section 21): a session's lines of work, each a record of its own;
 which topic each message is in travels with its session's message list (handlers/tables/
-sessions.py, a reference's `topic`).
+sessions.py, a reference's `topic`). A topic titled by the LLM keeps its text and the mark of
+where it came from (`llmTitled`), so the next built-in refresh after import leaves it as before.
 
 Import writes each topic as the file has it, replacing a topic of the same id (as a session's
 record replaces the session): topics come after sessions, whose lists name them. The open loops
@@ -15,6 +16,7 @@ from typing import Any
 import apsw
 import msgspec
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from handlers.tables.records import Count, NonEmpty, Record, insert_once, json_text, staged
 from handlers.tables.table import Stat, Table, Transfer, counted, delete_rows
@@ -38,6 +40,8 @@ class TopicRecord(Record, frozen=True, tag="topic"):
     meaning: list[float] | None = None
     vocabulary: dict[str, int] = msgspec.field(default_factory=dict)
     roles: dict[str, int] = msgspec.field(default_factory=dict)
+    # The message count when the LLM's text now on the topic was asked for; 0: built-in text.
+    llm_titled: Count = 0
     tenant: Tenant = DEFAULT_TENANT
 
 
@@ -50,6 +54,7 @@ COLUMNS = (
 class _Extra(msgspec.Struct, frozen=True):
     vocabulary: dict[str, int] = {}
     roles: dict[str, int] = {}
+    llm_titled: int | UnsetType = UNSET  # unset: the built-in text (handlers/topics/stored.py)
 
 
 def export_topics(conn: apsw.Connection, tenant: str, agent_id: str) -> Iterator[TopicRecord]:
@@ -68,7 +73,7 @@ def export_topics(conn: apsw.Connection, tenant: str, agent_id: str) -> Iterator
             first_at=first, last_active_at=last, last_position=position,
             recent=msgspec.json.decode(recent, type=list[list[str]]),
             meaning=None if meaning is None else np.frombuffer(meaning, np.float32).tolist(),
-            vocabulary=extra.vocabulary, roles=extra.roles,
+            vocabulary=extra.vocabulary, roles=extra.roles, llm_titled=extra.llm_titled or 0,
         )  # fmt: skip
 
 
@@ -81,7 +86,9 @@ CREATE TEMP TABLE transfer_topics (seq INTEGER PRIMARY KEY, tenant, agent_id, id
 
 def stage_topic(conn: apsw.Connection, r: TopicRecord, tenant: str, line: int) -> None:
     meaning = None if r.meaning is None else np.asarray(r.meaning, np.float32).tobytes()
-    profile = json_text(_Extra(vocabulary=r.vocabulary, roles=r.roles))
+    profile = json_text(
+        _Extra(vocabulary=r.vocabulary, roles=r.roles, llm_titled=r.llm_titled or UNSET)
+    )
     insert_once(
         conn, "transfer_topics", "topic", line, (tenant, r.agent_id), r.id, r.session_id,
         r.title, json_text(r.labels), r.summary, json_text(r.open_loops), r.message_count,

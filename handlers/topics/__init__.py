@@ -7,6 +7,7 @@ loops    open loops: questions not yet answered, promises and to-dos not yet don
 extract  the built-in title, labels and summary when the LLM service does not answer
 stored   the store's topic step in the database: decide chooses the topic, apply writes it
 reading  memory::topic::list and memory::topic::get
+titles   the LLM's title, labels and summary: what it is shown, its answer, its write
 
 Each module imports only modules listed above it; this file imports nothing. The first five
 are pure (no database).

@@ -8,6 +8,10 @@ bounded, made from the topic's own words.
   is about), shortened; else the labels joined;
 - summary: "N messages (k user, m assistant)." then the sentences that hold the most labels,
   in the order they were said, within SUMMARY_CHARS.
+
+The LLM's text (handlers/topics/titles.py) is asked for when a topic reaches TITLE_FIRST
+messages and every TITLE_EVERY more (`asks_llm`); once on a topic it holds over the built-in
+refreshes until the topic has grown past the LLM's next chance unanswered (`llm_holds`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,20 @@ from handlers.topics.words import keyword_stems
 LABELS = 5
 TITLE_CHARS = 80
 SUMMARY_CHARS = 600
+TITLE_FIRST = 3  # messages when the LLM is first asked: a topic has said what it is about
+TITLE_EVERY = 12  # then asked again each time the topic has grown by this many
+
+
+def asks_llm(count: int) -> bool:
+    """Whether the LLM is asked for a topic's text when it reaches `count` messages."""
+    return count >= TITLE_FIRST and (count - TITLE_FIRST) % TITLE_EVERY == 0
+
+
+def llm_holds(llm_titled: int, count: int) -> bool:
+    """Whether the LLM's text, asked when the topic had `llm_titled` messages (0: the text is
+    the built-in one), stays through a built-in refresh at `count` messages: until the topic has
+    grown past the LLM's next chance (a missed answer lets the built-in text follow again)."""
+    return llm_titled > 0 and count - llm_titled <= TITLE_EVERY
 
 
 class TopicText(msgspec.Struct, frozen=True, kw_only=True):

@@ -25,9 +25,10 @@ from typing import Any, NamedTuple
 import apsw
 import msgspec
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from handlers.topics.assign import Incoming, assign
-from handlers.topics.extract import TopicText, extract, header_of
+from handlers.topics.extract import TopicText, extract, header_of, llm_holds
 from handlers.topics.loops import LoopMessage, OpenLoop, advance
 from handlers.topics.profile import TopicProfile, updated
 from handlers.topics.words import keyword_stems
@@ -53,10 +54,13 @@ class TopicChoice(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Extra(msgspec.Struct, frozen=True, kw_only=True):
-    """The parts of a profile assignment does not compare, kept as the `profile` column."""
+    """The parts of a profile assignment does not compare, kept as the `profile` column; and
+    where the topic's text came from: `llm_titled`, the message count when the LLM's text now
+    on it was asked for (handlers/topics/titles.py), unset for the built-in text."""
 
     vocabulary: dict[str, int] = {}
     roles: dict[str, int] = {}
+    llm_titled: int | UnsetType = UNSET
 
 
 _RECENT = msgspec.json.Decoder(list[list[str]])
@@ -220,8 +224,10 @@ def _write_topic(
     roles = Counter(extra.roles)
     roles[m.role] += 1
     loops = advance(loops, LoopMessage(id=m.memory_id, role=m.role, text=m.text))[-MAX_LOOPS:]
-    if current is None or refreshes(int(count) + 1):
+    llm_titled = extra.llm_titled or 0
+    if current is None or (refreshes(int(count) + 1) and not llm_holds(llm_titled, count + 1)):
         text = extract(_sample(conn, agent, choice.topic_id), roles=roles)
+        llm_titled = 0
     else:
         title, labels, summary = (str(column) for column in text_was)
         body = summary[len(header_of(extra.roles)) :]
@@ -249,7 +255,11 @@ def _write_topic(
             position,
             _ENCODE.encode([list(stems) for stems in profile.recent]).decode(),
             meaning,
-            _ENCODE.encode(Extra(vocabulary=profile.vocabulary, roles=dict(roles))).decode(),
+            _ENCODE.encode(
+                Extra(
+                    vocabulary=profile.vocabulary, roles=dict(roles), llm_titled=llm_titled or UNSET
+                )
+            ).decode(),
         ),
     )
     return int(count) + 1

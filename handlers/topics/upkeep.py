@@ -5,7 +5,8 @@ session's list; forget hides a message's text. Each then refreshes the topics it
 its own transaction: a topic with no message left in the list is removed; otherwise its
 message count, first and last times and latest position follow the list, and its title,
 labels, summary and open loops are remade from its messages that are neither gone nor
-forgotten, so that no forgotten text lingers in a topic.
+forgotten, so that no forgotten text lingers in a topic (an LLM's text included: the built-in
+text replaces it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import apsw
 import msgspec
+from msgspec import UNSET
 
 from handlers.topics.extract import extract
 from handlers.topics.loops import LoopMessage, OpenLoop, advance
@@ -88,7 +90,7 @@ def _refresh(conn: apsw.Connection, agent: Agent, topic_id: str) -> None:
         else [*said[:TEXT_FIRST], *said[-(TEXT_SAMPLE - TEXT_FIRST) :]]
     )
     text = extract(sample, roles=roles)
-    extra = msgspec.structs.replace(_EXTRA.decode(held[0]), roles=dict(roles))
+    extra = msgspec.structs.replace(_EXTRA.decode(held[0]), roles=dict(roles), llm_titled=UNSET)
     timestamps = [int(row[3]) for row in rows]
     conn.execute(
         "UPDATE topics SET title = ?, labels = ?, summary = ?, open_loops = ?, message_count = ?, "

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from handlers.sanitize import sanitize
 from handlers.sanitize_checks import iban_valid, luhn_valid
-from handlers.sanitize_rules import FLAGGING, REDACTING, folded
+from handlers.sanitize_rules import FLAGGING, REDACTING, folded, hint_finder, hints_in
 from worker.bench.sanitize import adversarial_inputs
 
 JWT = (
@@ -318,3 +318,21 @@ def test_a_text_that_holds_no_rules_hints_comes_back_as_it_was_with_nothing_foun
     text = "we talked about the river garden and the coffee at night, right after the show"
     assert sanitize(text, "redact") == (text, {}, [], ())
     assert sanitize(text, "flag") == (text, {}, [], ())
+
+
+HINT_PIECES = sorted({hint for rule in (*REDACTING, *FLAGGING) for hint in rule.hints})
+
+
+@given(
+    st.lists(
+        st.one_of(st.sampled_from(HINT_PIECES), st.text("ab-_:<|[/]#+@0123456789 sk", max_size=6)),
+        max_size=12,
+    )
+)
+@settings(max_examples=400, deadline=None)
+def test_hint_finder_finds_exactly_the_hints_a_search_per_hint_finds(pieces: list[str]) -> None:
+    """The sanitiser's one-pass hint finder (hint_finder) agrees with one substring search per
+    hint on texts made of hints, their fragments and the characters that gate them."""
+    hints = frozenset(HINT_PIECES)
+    lowered = folded("".join(pieces))
+    assert hint_finder(hints)(lowered) == hints_in(lowered, hints)

@@ -141,10 +141,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--fact-count", type=int, default=10_000, help="with --fact-store")
     parser.add_argument(
-        "--fact-stores", type=int, default=2000, help="with --fact-store: stores per round"
+        "--fact-stores", type=int, default=4000, help="with --fact-store: stores per round"
     )
     parser.add_argument(
-        "--fact-rounds", type=int, default=3, help="with --fact-store: rounds per mode"
+        "--fact-rounds",
+        type=int,
+        default=7,
+        help="with --fact-store: alternating rounds, one run of each mode in each",
     )
     index_memory.add_arguments(parser)
     million.add_arguments(parser)

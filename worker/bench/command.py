@@ -98,9 +98,7 @@ async def measure(args: argparse.Namespace, url: str, worker_pid: int | None) ->
     corpus = Corpus()
     payloads = [{"agentId": AGENT, "content": corpus.text(8, 40)} for _ in range(args.memories)]
     started = time.perf_counter()
-    _, latencies, seconds = await client.many(
-        "memory::store", payloads, concurrency=args.concurrency
-    )
+    latencies, seconds = await client.sent("memory::store", payloads, concurrency=args.concurrency)
     results["store"] = {**percentiles(latencies), "per_second": round(len(payloads) / seconds)}
     if args.embedder != "none":
         # Past the model's backlog stores reply before their vector: the sustained rate is

@@ -1,16 +1,14 @@
 """`memory-worker bench --fact-store`: what facts cost (contract section 19). memory::fact::query
 p50 at 10 000 facts in one agent beside the NATS echo's p50 measured in the same run, and
-stores per second with extraction on (`MEMORY_WORKER_FACTS=extract`) against `off`: two
-workers, one of each, storing the same texts at the same time on files of their own (so both
-meet the same load from whatever else runs), no embedder (so extraction's share of a store is
-its largest).
+stores per second with extraction on (`MEMORY_WORKER_FACTS=extract`) against `off`, and each
+worker's CPU per store: rounds alternating the two modes, each a fresh worker alone on a file of
+its own, no embedder (so extraction's share of a store is its largest).
 
 Each worker and the echo responder run as processes of their own, as in the main bench."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import random
 import signal
@@ -18,13 +16,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import nats
 
 from worker.bench.client import BenchClient, percentiles
+from worker.bench.stores import cpu_seconds
 from worker.bench.waiting import free_port, wait_for_responder, wait_for_workers
 from worker.embedded import EmbeddedServer
 
@@ -119,51 +117,61 @@ async def measure_query(url: str, env: dict[str, str], facts: int, echoes: int) 
         _stop(worker)
 
 
-async def stores_side_by_side(
-    url: str, envs: dict[str, dict[str, str]], said: list[str]
-) -> dict[str, float]:
-    """Stores per second of each worker (one per mode, on a subject prefix of its own), both
-    storing `said` at once, counted until the first is done: the same load on the machine for
-    both, whatever else runs on it."""
-    workers = [await _running(url, env) for env in envs.values()]
+async def stores_alone(url: str, env: dict[str, str], said: list[str]) -> dict[str, float]:
+    """One worker storing `said` (32 in flight, eight agents) after a warm-up: stores per second
+    and its process's CPU per store (user and system, all threads) over the timed stores."""
+    worker = await _running(url, env)
     nc = await nats.connect(url)
     try:
-        done = asyncio.Event()
-        counts = dict.fromkeys(envs, 0)
-
-        async def store(mode: str) -> None:
-            client = BenchClient(nc, envs[mode]["MEMORY_WORKER_SUBJECT_PREFIX"])
-            cursor = iter(enumerate(said))
-
-            async def lane() -> None:
-                for n, text in cursor:
-                    if done.is_set():
-                        return
-                    body = {"agentId": f"bench-store-{n % 8}", "content": text}
-                    _, reply = await client.timed("memory::store", body)
-                    assert reply["stored"]
-                    counts[mode] += 1 if not done.is_set() else 0
-
-            await asyncio.gather(*(lane() for _ in range(32)))
-            done.set()
-
-        for env in envs.values():  # a fresh worker's first stores are slower: not timed
-            warm = BenchClient(nc, env["MEMORY_WORKER_SUBJECT_PREFIX"])
-            for n in range(WARM_UP):
-                await warm.timed("memory::store", {"agentId": "warm-up", "content": f"warm {n}"})
-        started = time.perf_counter()
-        await asyncio.gather(*(store(mode) for mode in envs))
-        seconds = time.perf_counter() - started
-        if not all(counts.values()):
-            # One worker stored everything before the other answered once: no ratio to give.
-            raise SystemExit(
-                f"bench --fact-store: too few stores to compare ({counts}); raise --fact-stores"
-            )
-        return {mode: count / seconds for mode, count in counts.items()}
+        client = BenchClient(nc, env["MEMORY_WORKER_SUBJECT_PREFIX"])
+        for n in range(WARM_UP):  # a fresh worker's first stores are slower: not timed
+            await client.timed("memory::store", {"agentId": "warm-up", "content": f"warm {n}"})
+        bodies = [
+            {"agentId": f"bench-store-{n % 8}", "content": text} for n, text in enumerate(said)
+        ]
+        cpu = cpu_seconds(worker.pid)
+        replies, _, seconds = await client.many("memory::store", bodies, concurrency=32)
+        cpu = cpu_seconds(worker.pid) - cpu
+        assert all(reply["stored"] for reply in replies)
+        return {"per_second": len(said) / seconds, "cpu_us": cpu / len(said) * 1e6}
     finally:
         await nc.close()
-        for worker in workers:
-            _stop(worker)
+        _stop(worker)
+
+
+async def stores_alternating(
+    url: str, env: dict[str, str], said: list[str], rounds: int, scratch: Path
+) -> dict[str, Any]:
+    """Each round one worker per mode, alone, one after the other (off first in even rounds,
+    extract first in odd ones, so a drift in the machine's load favours neither), each on a
+    file and subject prefix of its own: the figures are medians of the rounds' ratios, which
+    compare runs seconds apart, and the workers' CPU per store, which load changes least."""
+    runs: dict[str, list[dict[str, float]]] = {"extract": [], "off": []}
+    for round_ in range(rounds):
+        for mode in ("off", "extract") if round_ % 2 == 0 else ("extract", "off"):
+            mode_env = env | {
+                "MEMORY_WORKER_FACTS": mode,
+                "MEMORY_WORKER_INGEST": "false",
+                "MEMORY_WORKER_SUBJECT_PREFIX": f"{mode}{round_}.",
+                "MEMORY_WORKER_DB_PATH": str(scratch / f"{mode}-{round_}.db"),
+            }
+            runs[mode].append(await stores_alone(url, mode_env, said))
+    on, off = runs["extract"], runs["off"]
+    ratios = [a["per_second"] / b["per_second"] for a, b in zip(on, off, strict=True)]
+    cpu_ratios = [a["cpu_us"] / b["cpu_us"] for a, b in zip(on, off, strict=True)]
+    median = statistics.median
+    return {
+        "extract": round(median(run["per_second"] for run in on)),
+        "off": round(median(run["per_second"] for run in off)),
+        "ratio": round(median(ratios), 3),
+        "ratios": [round(ratio, 3) for ratio in ratios],
+        "cpu_us_extract": round(median(run["cpu_us"] for run in on), 1),
+        "cpu_us_off": round(median(run["cpu_us"] for run in off), 1),
+        "cpu_ratio": round(median(cpu_ratios), 3),
+        "cpu_ratios": [round(ratio, 3) for ratio in cpu_ratios],
+        "rounds": rounds,
+        "stores": len(said),
+    }
 
 
 async def run_fact_store(args: argparse.Namespace) -> dict[str, Any]:
@@ -186,26 +194,9 @@ async def run_fact_store(args: argparse.Namespace) -> dict[str, Any]:
             query_env = env | {"MEMORY_WORKER_DB_PATH": str(Path(scratch) / "facts.db")}
             results = await measure_query(server.url, query_env, args.fact_count, args.echo)
             said = texts(args.fact_stores)
-            rates: dict[str, list[float]] = {"extract": [], "off": []}
-            for round_ in range(args.fact_rounds):
-                envs = {mode: dict(env) for mode in ("off", "extract")}
-                for mode, mode_env in envs.items():
-                    mode_env["MEMORY_WORKER_FACTS"] = mode
-                    mode_env["MEMORY_WORKER_INGEST"] = "false"
-                    mode_env["MEMORY_WORKER_SUBJECT_PREFIX"] = f"{mode}."
-                    mode_env["MEMORY_WORKER_DB_PATH"] = str(Path(scratch) / f"{mode}-{round_}.db")
-                found = await stores_side_by_side(server.url, envs, said)
-                for mode, rate in found.items():
-                    rates[mode].append(rate)
-            # Each round's two workers shared the machine's load: their ratio is the figure.
-            ratios = [on / off for on, off in zip(rates["extract"], rates["off"], strict=True)]
-            results["stores_per_second"] = {
-                "extract": round(statistics.median(rates["extract"])),
-                "off": round(statistics.median(rates["off"])),
-                "ratio": round(statistics.median(ratios), 3),
-                "ratios": [round(ratio, 3) for ratio in ratios],
-                "rounds": args.fact_rounds, "stores": args.fact_stores,
-            }  # fmt: skip
+            results["stores_per_second"] = await stores_alternating(
+                server.url, env, said, args.fact_rounds, Path(scratch)
+            )
             return results
         finally:
             _stop(echo)
@@ -223,6 +214,11 @@ def fact_store_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
         (
             "stores/s extract vs off",
             f"{stores['extract']} vs {stores['off']} (median ratio {stores['ratio']}x of "
-            f"{stores['rounds']} rounds of {stores['stores']}: {stores['ratios']})",
+            f"{stores['rounds']} alternating rounds of {stores['stores']}: {stores['ratios']})",
+        ),
+        (
+            "worker CPU us per store extract vs off",
+            f"{stores['cpu_us_extract']} vs {stores['cpu_us_off']} (median ratio "
+            f"{stores['cpu_ratio']}x: {stores['cpu_ratios']})",
         ),
     ]

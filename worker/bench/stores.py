@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,13 +61,16 @@ async def _until_answered(nc: Any, subject: str, timeout: float = 60.0) -> None:
             await asyncio.sleep(0.2)
 
 
-def cpu_seconds(pid: int) -> float:
-    """The process's user and system CPU so far (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """The process's user and system CPU so far (all its threads), or one thread's."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _measure(url: str, args: argparse.Namespace, worker: int) -> dict[str, float]:
+async def _measure(
+    url: str, args: argparse.Namespace, worker: int, server: int
+) -> dict[str, float]:
     nc = await nats.connect(url)
     try:
         await _until_answered(nc, "$SRV.PING.memory")
@@ -75,15 +79,22 @@ async def _measure(url: str, args: argparse.Namespace, worker: int) -> dict[str,
         echo = [(await floor.timed_at("bench.echo", {"x": 1}))[0] for _ in range(args.echo)]
         corpus = Corpus()
         payloads = [{"agentId": AGENT, "content": corpus.text(8, 40)} for _ in range(args.memories)]
-        cpu = cpu_seconds(worker)
-        _, _, seconds = await client.many("memory::store", payloads, concurrency=args.in_flight)
+        cpu, own, nats_cpu = cpu_seconds(worker), time.process_time(), cpu_seconds(server)
+        loop_cpu = cpu_seconds(worker, worker)  # the main thread: the event loop
+        _, seconds = await client.sent("memory::store", payloads, concurrency=args.in_flight)
         cpu = cpu_seconds(worker) - cpu
+        loop_cpu = cpu_seconds(worker, worker) - loop_cpu
+        own = time.process_time() - own
+        nats_cpu = cpu_seconds(server) - nats_cpu
         alone = [{"agentId": AGENT, "content": corpus.text(8, 40)} for _ in range(SEQUENTIAL)]
-        _, latencies, _ = await client.many("memory::store", alone, concurrency=1)
+        latencies, _ = await client.sent("memory::store", alone, concurrency=1)
         return {
             "echo_p50_ms": percentiles(echo)["p50_ms"],
             "per_second": round(len(payloads) / seconds),
             "worker_cpu_us": round(cpu / len(payloads) * 1e6, 1),
+            "loop_cpu_us": round(loop_cpu / len(payloads) * 1e6, 1),
+            "client_cpu_us": round(own / len(payloads) * 1e6, 1),
+            "nats_cpu_us": round(nats_cpu / len(payloads) * 1e6, 1),
             "alone_p50_ms": percentiles(latencies)["p50_ms"],
         }
     finally:
@@ -112,7 +123,7 @@ async def _run_once(args: argparse.Namespace) -> dict[str, float]:
             )
         ]
         try:
-            return await _measure(server.url, args, processes[1].pid)
+            return await _measure(server.url, args, processes[1].pid, server.pid)
         finally:
             for process in processes:
                 process.send_signal(signal.SIGTERM)
@@ -142,6 +153,9 @@ def stores_rows(found: dict[str, Any]) -> list[tuple[str, Any]]:
         (f"stores per second ({found['in_flight']} in flight), median", median["per_second"]),
         ("stores per second, each run", each),
         ("worker CPU us per store (in flight), median", median["worker_cpu_us"]),
+        ("  of which its event loop's thread, median", median["loop_cpu_us"]),
+        ("bench client CPU us per store (in flight), median", median["client_cpu_us"]),
+        ("nats-server CPU us per store (in flight), median", median["nats_cpu_us"]),
         ("store p50 ms (1 in flight), median", median["alone_p50_ms"]),
         ("NATS echo p50 ms, median", median["echo_p50_ms"]),
         ("store p50 (1 in flight) / echo p50", found["alone_p50_vs_echo"]),

@@ -60,6 +60,7 @@ from worker.triggers.storing import (
     prepare_store,
     store_detail,
     store_reply,
+    title_followup,
 )
 from worker.writes import Write, commit
 
@@ -154,6 +155,7 @@ APPEND_WRITE: Write[Appended, Counted] = Write(
     reply=append_answer,
     changes=append_changes,
     prepare=prepare_append,
+    followup=lambda d, counted: title_followup(d.stored, counted.stored),
 )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import apsw
@@ -28,6 +29,7 @@ from handlers.sanitize import Sanitized, sanitize
 from handlers.store import Embedding, check_store, place_store
 from handlers.switch import switched_off
 from handlers.topics.assign import Incoming
+from handlers.topics.extract import asks_llm
 from handlers.topics.stored import Placed, Placing, TopicChoice, choose, place
 from handlers.update import Correction, apply_update, check_update, plan_update
 from schema.base import agent_of
@@ -125,6 +127,7 @@ class StoreDone(NamedTuple):
     superseded: tuple[str, ...] = ()  # ended by the facts it asserted
     ended: tuple[str, ...] = ()  # ended by the ends its text states
     topic: Placed | None = None  # the topic step's write, for the audit (section 21)
+    appended: bool = False  # the message joined its session's list (a duplicate too)
 
 
 def _vector(model: str | None, vector: bytes | None) -> Embedding | None:
@@ -164,9 +167,10 @@ def decide_store(conn: apsw.Connection, req: StoreRequest, now: int, p: Prepared
 
 def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
     """The memory written (or found: dedup), then, for a new memory, its statements' facts."""
-    if switched_off(conn, agent_of(d.request)):
+    agent = agent_of(d.request)
+    if switched_off(conn, agent):
         return StoreDone(NOT_STORED, False)
-    reply, restores = place_store(
+    reply, restores, appended = place_store(
         conn,
         d.request,
         now=d.at,
@@ -185,19 +189,19 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
             vector=vector,
             timestamp=timestamp,
         )
-        placed = place(conn, agent_of(d.request), d.request.session_id, d.topic, placing)
+        placed = place(conn, agent, d.request.session_id, d.topic, placing)
         reply = msgspec.structs.replace(reply, topic_id=placed.topic_id)
-    if not reply.stored or reply.id is None:
-        return StoreDone(msgspec.structs.replace(reply, facts=[]), restores, topic=placed)
-    found = apply_planned(
-        conn, agent_of(d.request), d.facts, memory_id=reply.id, timestamp=timestamp, at=d.at
-    )
+    if not reply.stored or reply.id is None or not d.facts:  # most texts state no fact
+        unfacted = msgspec.structs.replace(reply, facts=[])
+        return StoreDone(unfacted, restores, topic=placed, appended=appended)
+    found = apply_planned(conn, agent, d.facts, memory_id=reply.id, timestamp=timestamp, at=d.at)
     return StoreDone(
         msgspec.structs.replace(reply, facts=found.facts),
         restores,
         tuple(found.superseded),
         tuple(found.ended),
         placed,
+        appended,
     )
 
 
@@ -206,10 +210,13 @@ def sanitiser_detail(rules: list[str], flags: list[str]) -> dict[str, Any] | Non
     return {"rules": rules, "flags": flags} if rules or flags else None
 
 
-def store_detail(d: Stored, done: StoreDone) -> dict[str, Any] | None:
+def store_detail(d: Stored, done: StoreDone, *, dedup: bool = False) -> dict[str, Any] | None:
     """The store row's detail: the sanitiser's word, and the topic the message joined with its
-    message count after (1: the store started it), never the topic's text."""
+    message count after (1: the store started it), never the topic's text; `deduplicated`
+    when the content was a memory already."""
     detail = sanitiser_detail(d.rules, d.flags) or {}
+    if dedup:
+        detail["deduplicated"] = True
     placed = done.topic
     if placed is not None and placed.message_count is not None:
         detail["topic"] = {"id": placed.topic_id, "messageCount": placed.message_count}
@@ -218,8 +225,10 @@ def store_detail(d: Stored, done: StoreDone) -> dict[str, Any] | None:
 
 def fact_changes(d: Stored, done: StoreDone) -> list[Change]:
     """The facts a store asserted and ended, audited as those triggers' rows (ids, no text)."""
-    agent = agent_of(d.request)
     facts = done.reply.facts or []
+    if not facts and not done.ended:  # most stores: no fact, no audit row to describe
+        return []
+    agent = agent_of(d.request)
     return [
         Change(
             agent, facts, trigger="memory::fact::assert", detail={"ended": list(done.superseded)}
@@ -230,14 +239,20 @@ def fact_changes(d: Stored, done: StoreDone) -> list[Change]:
 
 def store_changes(d: Stored, done: StoreDone) -> list[Change]:
     """A store that wrote is audited as a store; one that restored a forgotten memory by
-    storing its content again, as an unforget."""
+    storing its content again, as an unforget. A duplicate that joined a session's list (the
+    same content stored into another session) wrote that list and its topic: audited as a
+    store too, `detail.deduplicated` saying no memory was made; one that changed nothing, not."""
     reply, restored = done.reply, done.restored
     if reply.id is None:  # the agent's memory is switched off: nothing was written
         return []
     if restored:
-        return [Change(agent_of(d.request), [reply.id], trigger="memory::unforget")]
+        joined = store_detail(d, done) if done.appended else None
+        return [Change(agent_of(d.request), [reply.id], trigger="memory::unforget", detail=joined)]
     if not reply.stored:
-        return []
+        topic = done.topic
+        if not done.appended and (topic is None or topic.message_count is None):
+            return []
+        return [Change(agent_of(d.request), [reply.id], detail=store_detail(d, done, dedup=True))]
     detail = store_detail(d, done)
     return [Change(agent_of(d.request), [reply.id], detail=detail), *fact_changes(d, done)]
 
@@ -247,6 +262,16 @@ def store_reply(d: Stored, done: StoreDone) -> StoreReply:
     if reply.disabled:
         return reply
     return msgspec.structs.replace(reply, redactions=d.redactions, flags=d.flags)
+
+
+def title_followup(d: Stored, done: StoreDone) -> Callable[[Services], None] | None:
+    """When the store brought its topic to a count at which the LLM is asked for the topic's
+    text, the titler is told once the store is committed (worker/topic_titles.py)."""
+    placed = done.topic
+    if placed is None or placed.message_count is None or not asks_llm(placed.message_count):
+        return None
+    agent, topic_id = agent_of(d.request), placed.topic_id
+    return lambda s: s.titler.noticed(s, agent, topic_id)
 
 
 async def prepare_after_recalls(s: Services, req: StoreRequest) -> Prepared:
@@ -262,6 +287,7 @@ STORE: Write[Stored, StoreDone] = Write(
     reply=store_reply,
     changes=store_changes,
     prepare=prepare_after_recalls,
+    followup=title_followup,
 )
 
 

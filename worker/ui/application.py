@@ -13,7 +13,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from worker.registry import BY_TRIGGER
-from worker.ui import agent_pages, fact_pages, pages, signin
+from worker.ui import agent_pages, fact_pages, pages, signin, topic_pages
 from worker.ui.access import Sessions
 from worker.ui.server import HERE, Browser, Link, secured
 
@@ -25,6 +25,7 @@ def make_app(link: Link, sessions: Sessions) -> ASGIApp:
         *pages.routes(browser),
         *agent_pages.routes(browser),
         *fact_pages.routes(browser),
+        *topic_pages.routes(browser),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
 
