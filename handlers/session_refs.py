@@ -37,8 +37,10 @@ def append_message(
     session_id: str,
     ref: tuple[str, str, int],
     now: int,
-) -> bool:
-    """Append (memory id, role, timestamp) unless that memory is already in the list.
+    topic_id: str | None = None,
+) -> int | None:
+    """Append (memory id, role, timestamp), in `topic_id` when given, unless that memory is
+    already in the list; the position it was appended at (None: it was there already).
 
     The session is created if new and its updatedAt becomes now either way.
     """
@@ -50,15 +52,15 @@ def append_message(
         (*agent, session_id, memory_id),
     ).fetchone()
     if present:
-        return False
-    conn.execute(
+        return None
+    row = conn.execute(
         "INSERT INTO session_messages "
-        "(tenant, agent_id, session_id, position, memory_id, role, timestamp) "
-        "SELECT ?, ?, ?, coalesce(max(position), 0) + 1, ?, ?, ? FROM session_messages "
-        "WHERE tenant = ? AND agent_id = ? AND session_id = ?",
-        (*agent, session_id, memory_id, role, timestamp, *agent, session_id),
-    )
-    return True
+        "(tenant, agent_id, session_id, position, memory_id, role, timestamp, topic_id) "
+        "SELECT ?, ?, ?, coalesce(max(position), 0) + 1, ?, ?, ?, ? FROM session_messages "
+        "WHERE tenant = ? AND agent_id = ? AND session_id = ? RETURNING position",
+        (*agent, session_id, memory_id, role, timestamp, topic_id, *agent, session_id),
+    ).fetchone()
+    return None if row is None else int(row[0])
 
 
 def read_messages(conn: apsw.Connection, agent: Agent, session_id: str) -> list[Ref]:

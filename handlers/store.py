@@ -199,6 +199,7 @@ class StorePlaced(NamedTuple):
     reply: StoreReply
     restored: bool  # the content was a forgotten memory's, restored (audited as an unforget)
     appended: bool = False  # it joined the session's list (a duplicate too, into a new session)
+    position: int | None = None  # where it joined the list (in the topic it was placed in)
 
 
 def place_store(
@@ -209,9 +210,11 @@ def place_store(
     embedding: Embedding | None = None,
     memory_id: str | None = None,
     flags: list[str] | None = None,
+    topic_id: str | None = None,
 ) -> StorePlaced:
-    """write_store's reply, whether it restored a forgotten memory, and whether the memory
-    joined the session's list (a duplicate does when stored into a session it is not in)."""
+    """write_store's reply, whether it restored a forgotten memory, and whether (and where) the
+    memory joined the session's list (a duplicate does when stored into a session it is not
+    in), in `topic_id` when given (section 21)."""
     described = msgspec.structs.replace(
         description_of(req), flags=msgspec.json.encode(flags).decode() if flags else None
     )
@@ -237,7 +240,7 @@ def place_store(
         described=described,
         memory_id=memory_id,
     )
-    appended = False
+    position = None
     if session_id is not None:
         ref: tuple[str, str, int] = (placed.id, req.role, timestamp)
         if placed.deduplicated:  # the list names the memory as it is: its role and time
@@ -245,8 +248,8 @@ def place_store(
                 "SELECT role, timestamp FROM memories WHERE id = ?", (placed.id,)
             ).fetchone()
             ref = (placed.id, str(held[0]), int(held[1]))
-        appended = append_message(conn, agent, session_id, ref, now)
+        position = append_message(conn, agent, session_id, ref, now, topic_id)
     reply = StoreReply(
         id=placed.id, stored=not placed.deduplicated, deduplicated=placed.deduplicated
     )
-    return StorePlaced(reply, placed.restored, appended)
+    return StorePlaced(reply, placed.restored, position is not None, position)

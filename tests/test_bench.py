@@ -271,7 +271,8 @@ def test_bench_fact_store_prints_query_p50_beside_the_echo_and_stores_per_second
 def test_bench_topics_prints_purity_completeness_resume_and_cost() -> None:
     """--topics scores the interleaved sessions by keywords and with the builtin model's
     vectors: purity, completeness and resume selection at the issue's bar with vectors, near
-    it by keywords, and the CPU per message placed; as JSON and as a table."""
+    it by keywords, and the CPU per message placed, on the tuned set and on the held-out one;
+    as JSON and as a table."""
     command = [sys.executable, "-m", "worker", "bench", "--topics"]
     done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -284,12 +285,18 @@ def test_bench_topics_prints_purity_completeness_resume_and_cost() -> None:
     assert words["resume_hit_rate"] >= 0.9 and meaning["resume_hit_rate"] >= 0.9
     for found in (words, meaning):
         assert 0 < found["assign_us"]["p50_us"] <= found["assign_us"]["p99_us"]
+    held_words, held_meaning = results["held_out"]["keywords"], results["held_out"]["vectors"]
+    assert held_words["test_set"].endswith("topic_sessions_heldout.jsonl")
+    assert held_words["sessions"] >= 40 and held_meaning["messages"] == held_words["messages"]
+    assert held_words["purity"] >= 0.86 and held_words["completeness"] >= 0.86
+    assert held_meaning["purity"] >= 0.9 and held_meaning["completeness"] >= 0.9
     table = subprocess.run(
         [*command, "--embedder", "none"], capture_output=True, text=True, timeout=300
     )
     assert table.returncode == 0, table.stderr
     assert "keywords: purity / completeness  " in table.stdout
     assert "keywords: assignment CPU us per message p50 / p99  " in table.stdout
+    assert "held-out set: " in table.stdout and "topic_sessions_heldout.jsonl" in table.stdout
     assert "vectors" not in table.stdout
 
 
@@ -316,8 +323,9 @@ def test_bench_stores_prints_stores_per_second_in_flight_the_lone_p50_and_the_ec
 
 def test_bench_topic_cost_prints_store_p50_with_and_without_topics_and_resume_p50() -> None:
     """--topic-cost on small sizes: store p50 with the topic step and with it off (their ratio,
-    per round and the median), resume's p50 on a session of --resume-messages, and the echo's
-    p50 measured in the same run; as JSON and as a table."""
+    per round and the median), each worker's CPU per store (and their ratio), resume's p50 on
+    a session of --resume-messages, and the echo's p50 measured in the same run; as JSON and
+    as a table."""
     command = [sys.executable, "-m", "worker", "bench", "--topic-cost", "--topic-stores", "30",
                "--topic-rounds", "2", "--resume-messages", "50", "--echo", "30"]  # fmt: skip
     done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=300)
@@ -327,10 +335,14 @@ def test_bench_topic_cost_prints_store_p50_with_and_without_topics_and_resume_p5
     stores = results["store_p50_ms"]
     assert stores["assign"] > 0 and stores["off"] > 0 and results["echo_p50_ms"] > 0
     assert len(results["ratios"]) == 2 and min(results["ratios"]) <= results["ratio"]
+    cpu = results["cpu_us_per_store"]
+    assert cpu["assign"] > 0 and cpu["off"] > 0 and len(results["cpu_ratios"]) == 2
+    assert min(results["cpu_ratios"]) <= results["cpu_ratio"] <= max(results["cpu_ratios"])
     resume = results["resume"]
     assert resume["messages"] == 50 and resume["active"]["p50_ms"] > 0 and resume["chars"] > 0
     assert resume["p50_vs_echo"] == round(resume["active"]["p50_ms"] / results["echo_p50_ms"], 2)
     table = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert table.returncode == 0, table.stderr
     assert "store p50 ms with topics vs off  " in table.stdout
+    assert "worker CPU us per store with topics vs off  " in table.stdout
     assert "session::resume p50 ms, 50 messages  " in table.stdout

@@ -249,3 +249,26 @@ async def test_a_stop_does_not_wait_for_the_llm(
     finally:
         await worker.stop()
         await nc.close()
+
+
+async def test_a_bus_without_an_llm_service_is_not_asked_again_for_a_while(
+    nats_url: str, app: App, client: Client
+) -> None:
+    """Once a title request finds no responder on llm.complete, the next topics due are not
+    asked (for QUIET_S), even if an LLM service appears meanwhile: a bus without one is not
+    sent a request on every new topic's third store."""
+    await say(client, TRIP)
+    assert app.services is not None
+    titler = app.services.titler
+    await wait_until(lambda: titler.quiet() and titler.asking() == 0, "the titler went quiet")
+    stub = StubLlm()
+    nc = await nats.connect(nats_url)
+    try:
+        await nc.subscribe("llm.complete", cb=stub.handle)
+        await nc.flush()
+        await say(client, TRIP, session="t")
+        assert titler.asking() == 0  # a topic asked for is marked before its store replies
+        assert (await only_topic(client, "t"))["title"] == BUILT_IN_TITLE
+        assert stub.requests == []
+    finally:
+        await nc.close()

@@ -106,3 +106,33 @@ async def test_repair_keeps_topics_and_a_merged_run_stays_in_its_topic(client: C
     assert ids[:2] == [trip[0]["id"], trip[1]["id"]] and ids[3] == answer["id"]
     assert ids[2] not in (trip[2]["id"], more["id"])
     assert await listing(client, bug[0]["topicId"]) == [r["id"] for r in bug]
+
+
+async def test_a_topics_text_follows_its_latest_message_though_no_store_remakes_it(
+    client: Client,
+) -> None:
+    """The third message's words are in the topic's labels and summary as list and get show
+    them, though the stores wrote the text of the first message only."""
+    trip = await say(client, "a", "s", TRIP)
+    trip_id = trip[0]["topicId"]
+    listed = (await topics(client))[trip_id]
+    got = (await client.ok("memory::topic::get", {"agentId": "a", "topicId": trip_id}))["topic"]
+    assert listed == got
+    assert got["labels"][0] == "hotel"  # the only word of all three messages
+    assert "Which hotel in Alfama would you pick" in got["summary"]
+    assert got["summary"].startswith("3 messages (1 assistant, 2 user).")
+
+
+async def test_a_store_after_a_forget_never_brings_the_forgotten_text_back(
+    client: Client,
+) -> None:
+    """The forgotten question stays out of the topic's title, labels and summary when later
+    messages join the topic."""
+    trip = await say(client, "a", "s", TRIP)
+    trip_id = trip[0]["topicId"]
+    await client.ok("memory::forget", {"agentId": "a", "ids": [trip[2]["id"]]})
+    more = [("assistant", "For Lisbon in May, book the flights soon; hotels fill up.")]
+    assert (await say(client, "a", "s", more))[0]["topicId"] == trip_id
+    after = (await topics(client))[trip_id]
+    assert after["messageCount"] == 4 and "book the flights" in after["summary"]
+    assert "Alfama would you pick" not in str(after) and "quiet" not in str(after)

@@ -95,10 +95,20 @@ async def summarise(nc: Any, config: Config, chunks: list[str]) -> str | None:
 async def answer(nc: Any, config: Config, system: str, text: str, purpose: str) -> str | None:
     """The LLM's answer to one request (timeout `llm_timeout`), or None when it gives none;
     then `llm.fallback` says why, with `purpose` (what the answer was for)."""
+    said = await attempt(nc, config, system, text, purpose)
+    return said if isinstance(said, str) else None
+
+
+async def attempt(
+    nc: Any, config: Config, system: str, text: str, purpose: str
+) -> str | Fallback | None:
+    """As `answer`, but a request the LLM service could not take says why (a Fallback), so a
+    caller can stop asking a bus that has no LLM service on it."""
     try:
         return await _complete(nc, config, text, system)
     except Fallback as fallback:
         log.info("llm.fallback", reason=fallback.reason, subject=SUBJECT, purpose=purpose)
+        return fallback
     except Exception as error:  # a closed connection (the worker stopping), or anything unforeseen
         report = log.info if stopping(nc) else log.warning
         report(

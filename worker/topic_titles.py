@@ -7,7 +7,9 @@ every 12 more: handlers/topics/extract.py `asks_llm`), the store's write hands t
 topic (`followup`, worker/writes.py) and the titler, once the store is committed, asks
 `llm.complete` in a task of its own: at most one request per topic and IN_FLIGHT in all per
 process (a topic due while the bound is reached is skipped: it is asked again 12 messages on),
-none at all with MEMORY_WORKER_TOPIC_TITLES=builtin. No responder, a timeout
+none at all with MEMORY_WORKER_TOPIC_TITLES=builtin, and none for QUIET_S after a request found
+no LLM service on the bus (a bus without one would otherwise be asked on every third store of a
+new topic, for nothing). No responder, a timeout
 (MEMORY_WORKER_LLM_TIMEOUT), an error or an answer that is not the JSON asked for leave the
 built-in text. An answer is sanitised as stored text is, then written as the
 `memory::topic::title` write (decide holds it all; a shard logs and replays its apply, which
@@ -17,6 +19,7 @@ writes only if the topic still holds what the LLM was shown), audited with the t
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 import structlog
@@ -34,7 +37,7 @@ from handlers.topics.titles import (
 )
 from schema.base import Agent
 from worker.audit import CALL
-from worker.llm import answer, stopping
+from worker.llm import Fallback, attempt, stopping
 from worker.writes import Write, commit
 
 if TYPE_CHECKING:
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger()
 TRIGGER = "memory::topic::title"
 IN_FLIGHT = 4  # topics whose text the LLM is asked for at once, per process
+QUIET_S = 60.0  # after "no responder", topics are not asked for: no LLM service is on the bus
 
 TITLING: Write[Titled, bool] = Write(
     decision=Titled,
@@ -66,19 +70,27 @@ def _sanitized(text: TopicText, s: Services) -> TopicText:
 class TopicTitler:
     """The topics whose text the LLM is being asked for, per process."""
 
-    def __init__(self, limit: int = IN_FLIGHT) -> None:
+    def __init__(self, limit: int = IN_FLIGHT, quiet_s: float = QUIET_S) -> None:
         self.limit = limit
+        self.quiet_s = quiet_s
+        self._quiet_until = 0.0  # time.monotonic() before which no title is asked
         self._asking: set[tuple[str, str, str]] = set()
         self._tasks: dict[asyncio.Task[None], Services] = {}
 
     def asking(self) -> int:
         return len(self._asking)
 
+    def quiet(self) -> bool:
+        """Whether titles are not asked for now: a request lately found no LLM service."""
+        return time.monotonic() < self._quiet_until
+
     def noticed(self, s: Services, agent: Agent, topic_id: str) -> None:
         """A store brought the topic to a count at which the LLM is asked: ask it in the
         background, unless switched off, already asking for it, or at the bound."""
         key = (*agent, topic_id)
         if s.config.topic_titles != "llm" or key in self._asking:
+            return
+        if self.quiet():
             return
         if len(self._asking) >= self.limit:
             log.info("topic.title_skipped", reason="in_flight", agent_id=agent[1])
@@ -105,10 +117,12 @@ class TopicTitler:
             sample = await s.readers.run(lambda conn: title_sample(conn, agent, topic_id))
             if sample is None:
                 return
-            said = await answer(s.nc, s.config, SYSTEM_PROMPT, prompt_of(sample), "topic_title")
-            text = None if said is None else read_answer(said)
+            said = await attempt(s.nc, s.config, SYSTEM_PROMPT, prompt_of(sample), "topic_title")
+            if isinstance(said, Fallback) and said.reason == "no_responder":
+                self._quiet_until = time.monotonic() + self.quiet_s
+            text = read_answer(said) if isinstance(said, str) else None
             if text is None:
-                if said is not None:
+                if isinstance(said, str):
                     log.info("llm.fallback", reason="unreadable_answer", purpose="topic_title")
                 return
             text = _sanitized(text, s)

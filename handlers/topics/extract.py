@@ -16,14 +16,16 @@ refreshes until the topic has grown past the LLM's next chance unanswered (`llm_
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 import msgspec
 
 from handlers.text import stem, tokens
 from handlers.topics.loops import sentences
-from handlers.topics.words import keyword_stems
+from handlers.topics.words import CACHED_CHARS, keyword_stems
 
 LABELS = 5
 TITLE_CHARS = 80
@@ -60,22 +62,49 @@ def _cut(text: str, limit: int) -> str:
 
 def labels_of(messages: Sequence[tuple[str, str]], count: int = LABELS) -> list[str]:
     """The topic's keywords, as written: (role, text) pairs in session order."""
-    spread: Counter[str] = Counter()
-    uses: Counter[str] = Counter()
+    spread: dict[str, int] = {}  # messages using it
+    uses: dict[str, int] = {}
     first: dict[str, int] = {}
-    written: dict[str, Counter[str]] = {}
+    written: dict[str, dict[str, int]] = {}  # its tokens, in order of first use
     for _, text in messages:
-        stems = keyword_stems(text)
-        spread.update(stems)
-        for stemmed in stems:
-            first.setdefault(stemmed, len(first))
-        for token in tokens(text):
-            stemmed = stem(token)
+        for stemmed in keyword_stems(text):
+            spread[stemmed] = spread.get(stemmed, 0) + 1
+            if stemmed not in first:
+                first[stemmed] = len(first)
+        for token, stemmed, times in written_in(text):
             if stemmed in first:
-                uses[stemmed] += 1
-                written.setdefault(stemmed, Counter())[token] += 1
-    ranked = sorted(first, key=lambda s: (-spread[s], -uses[s], first[s]))
-    return [written[s].most_common(1)[0][0] if s in written else s for s in ranked[:count]]
+                uses[stemmed] = uses.get(stemmed, 0) + times
+                forms = written.get(stemmed)
+                if forms is None:
+                    written[stemmed] = {token: times}
+                else:
+                    forms[token] = forms.get(token, 0) + times
+    ranked = heapq.nsmallest(count, first, key=lambda s: (-spread[s], -uses.get(s, 0), first[s]))
+    # the most used form, the first written on a tie
+    return [max(written[s], key=written[s].__getitem__) if s in written else s for s in ranked]
+
+
+def written_in(text: str) -> tuple[tuple[str, str, int], ...]:
+    """(token, its stem, how many times) for each distinct token of the text, in order of first
+    appearance; kept for short texts, which a topic's text is remade from again and again."""
+    return _cached_written(text) if len(text) <= CACHED_CHARS else _written(text)
+
+
+def _written(text: str) -> tuple[tuple[str, str, int], ...]:
+    return tuple((token, stem(token), times) for token, times in Counter(tokens(text)).items())
+
+
+_cached_written = lru_cache(maxsize=4096)(_written)
+
+
+def sentences_of(text: str) -> tuple[str, ...]:
+    """The text's sentences (handlers/topics/loops.py), kept for short texts."""
+    return _cached_sentences(text) if len(text) <= CACHED_CHARS else tuple(sentences(text))
+
+
+@lru_cache(maxsize=4096)
+def _cached_sentences(text: str) -> tuple[str, ...]:
+    return tuple(sentences(text))
 
 
 def header_of(roles: Mapping[str, int]) -> str:
@@ -91,7 +120,9 @@ def extract(
     `roles`: every message of the topic by role, when `messages` is a sample of it."""
     labels = labels_of(messages)
     label_stems = {stem(label) for label in labels}
-    said = [(role, sentence) for role, text in messages for sentence in sentences(text) if sentence]
+    said = [
+        (role, sentence) for role, text in messages for sentence in sentences_of(text) if sentence
+    ]
     title = ""
     for role, sentence in said:
         if role == "user" and label_stems & set(keyword_stems(sentence)):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import msgspec
 
@@ -68,10 +68,11 @@ def _short(sentence: str) -> str:
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 
-def opened(message: LoopMessage) -> list[OpenLoop]:
-    """The loops this message opens, one per sentence at most, in order."""
+def opened(message: LoopMessage, said: Sequence[str] | None = None) -> list[OpenLoop]:
+    """The loops this message opens, one per sentence at most, in order; `said`: its
+    sentences, when the caller has them."""
     found = []
-    for sentence in sentences(message.text):
+    for sentence in sentences(message.text) if said is None else said:
         kind: LoopKind | None = None
         if sentence.endswith("?"):
             kind = "question"
@@ -86,35 +87,47 @@ def opened(message: LoopMessage) -> list[OpenLoop]:
     return found
 
 
-def _answers(message: LoopMessage) -> bool:
-    return any(
-        not sentence.endswith("?") and keyword_stems(sentence)
-        for sentence in sentences(message.text)
-    )
+class _Reply(NamedTuple):
+    """What a message says to the loops before it, read once however many loops are open:
+    whether it answers (a sentence that is not a question, with a keyword), and the keywords of
+    its sentences that report something done."""
+
+    answers: bool
+    reported: frozenset[str]
 
 
-def _closes(loop: OpenLoop, message: LoopMessage, stems: frozenset[str]) -> bool:
+def _reply(said: Sequence[str]) -> _Reply:
+    answers = any(not sentence.endswith("?") and keyword_stems(sentence) for sentence in said)
+    reports = (s for s in said if DONE.search(s) and not s.endswith("?"))
+    return _Reply(answers, frozenset(stem for s in reports for stem in keyword_stems(s)))
+
+
+def _closes(loop: OpenLoop, message: LoopMessage, reply: _Reply) -> bool:
     if loop.kind == "question":
-        return message.role != loop.role and _answers(message)
+        return message.role != loop.role and reply.answers
     if loop.kind == "promise" and message.role != loop.role:
         return False
-    reports = [s for s in sentences(message.text) if DONE.search(s) and not s.endswith("?")]
-    return any(stems & set(keyword_stems(s)) for s in reports)
+    return not reply.reported.isdisjoint(keyword_stems(loop.text))
 
 
 def advance(loops: Sequence[OpenLoop], message: LoopMessage) -> list[OpenLoop]:
     """The topic's open loops after one more of its messages: those it answers or reports done
     are closed, then those it opens are added."""
-    still = [
-        loop for loop in loops if not _closes(loop, message, frozenset(keyword_stems(loop.text)))
-    ]
+    text = message.text
+    if not loops and "?" not in text and not TODO.search(text) and not PROMISE.search(text):
+        return []  # most messages: nothing open, nothing opened (no sentence can match)
+    said = sentences(text)
+    still = list(loops)
+    if still:
+        reply = _reply(said)
+        still = [loop for loop in still if not _closes(loop, message, reply)]
     if BARE_DONE.match(message.text.strip()):
         for index in range(len(still) - 1, -1, -1):
             loop = still[index]
             if loop.kind == "todo" or (loop.kind == "promise" and loop.role == message.role):
                 del still[index]
                 break
-    return still + opened(message)
+    return still + opened(message, said)
 
 
 def open_loops(messages: Iterable[LoopMessage]) -> list[OpenLoop]:

@@ -5,6 +5,7 @@ old part of it), and a running mean of its messages' vectors when they have them
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 import msgspec
 import numpy as np
@@ -27,7 +28,14 @@ class TopicProfile(msgspec.Struct, frozen=True, kw_only=True):
     meaning: tuple[float, ...] | None = None
 
     def recent_stems(self) -> frozenset[str]:
-        return frozenset(stem for stems in self.recent for stem in stems)
+        return words_of(self.recent)
+
+
+@lru_cache(maxsize=4096)
+def words_of(recent: tuple[tuple[str, ...], ...]) -> frozenset[str]:
+    """Every stem of a window, kept for the windows in use: a store compares its message with
+    each of the session's topics, most of which have not changed since the last store."""
+    return frozenset(stem for stems in recent for stem in stems)
 
 
 def unit(vector: tuple[float, ...] | npt.NDArray[np.float64]) -> tuple[float, ...]:

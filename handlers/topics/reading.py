@@ -1,8 +1,10 @@
 """memory::topic::list and memory::topic::get (contract section 21): pure reads of the topics
-table and of the session list's messages in a topic."""
+table and of the session list's messages in a topic. A topic whose stored text is older than
+its messages shows its text made now (handlers/topics/text.py)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import apsw
@@ -11,7 +13,9 @@ import msgspec
 from handlers.cursors import decode_cursor, encode_cursor
 from handlers.paging import fitting_page
 from handlers.session_refs import require_session
-from handlers.topics.stored import active_topic
+from handlers.topics.extract import TopicText, header_of, llm_holds
+from handlers.topics.stored import Extra, active_topic
+from handlers.topics.text import made_text
 from schema.base import Agent, agent_of
 from schema.errors import NotFound
 from schema.life import SessionMessage
@@ -25,20 +29,43 @@ from schema.topics import (
 )
 
 COLUMNS = (
-    "id, session_id, title, labels, summary, open_loops, message_count, first_at, last_active_at"
+    "id, session_id, title, labels, summary, open_loops, message_count, first_at, "
+    "last_active_at, profile"
 )
 _LABELS = msgspec.json.Decoder(list[str])
 _LOOPS = msgspec.json.Decoder(list[OpenLoop])
+_EXTRA = msgspec.json.Decoder(Extra)
 
 
-def topic_of(row: Any, active: str | None) -> Topic:
-    topic_id, session_id, title, labels, summary, loops, count, first_at, last_at = row
+# The summary's first sentence, as header_of writes it: "12 messages (5 assistant, 7 user)."
+_HEADER = re.compile(r"\A\d+ messages(?: \([^)]*\))?\.")
+
+
+def current_text(conn: apsw.Connection, agent: Agent, row: Any) -> TopicText:
+    """The topic's title, labels and summary: the LLM's while it holds (extract.py
+    `llm_holds`), its summary's first sentence counting the messages now; else as stored when
+    made at its message count; else made now. `row`: COLUMNS."""
+    topic_id, _, title, labels, summary, _, count, _, _, profile = row
+    extra = _EXTRA.decode(str(profile))
+    stored = TopicText(title=str(title), labels=_LABELS.decode(str(labels)), summary=str(summary))
+    if llm_holds(extra.llm_titled or 0, int(count)):
+        header = _HEADER.match(stored.summary)
+        body = stored.summary[header.end() :] if header else " " + stored.summary
+        return msgspec.structs.replace(stored, summary=header_of(extra.roles) + body)
+    if extra.text_at == int(count):
+        return stored
+    return made_text(conn, agent, str(topic_id), int(count), extra.roles)
+
+
+def topic_of(conn: apsw.Connection, agent: Agent, row: Any, active: str | None) -> Topic:
+    topic_id, session_id, _, _, _, loops, count, first_at, last_at, _ = row
+    text = current_text(conn, agent, row)
     return Topic(
         id=str(topic_id),
         session_id=str(session_id),
-        title=str(title),
-        labels=_LABELS.decode(str(labels)),
-        summary=str(summary),
+        title=text.title,
+        labels=text.labels,
+        summary=text.summary,
         open_loops=_LOOPS.decode(str(loops)),
         message_count=int(count),
         first_at=int(first_at),
@@ -57,7 +84,7 @@ def topic_list(conn: apsw.Connection, req: TopicListRequest, *, now: int) -> Top
         "ORDER BY last_active_at DESC, last_position DESC",
         (*agent, req.session_id),
     ).fetchall()
-    return TopicListReply(topics=[topic_of(row, active) for row in rows])
+    return TopicListReply(topics=[topic_of(conn, agent, row, active) for row in rows])
 
 
 def find_topic(conn: apsw.Connection, agent: Agent, topic_id: str) -> Topic:
@@ -67,7 +94,7 @@ def find_topic(conn: apsw.Connection, agent: Agent, topic_id: str) -> Topic:
     ).fetchone()
     if row is None:
         raise NotFound(f"topic `{topic_id}` of agent `{agent[1]}` not found (at `$.topicId`)")
-    return topic_of(row, active_topic(conn, agent, str(row[1])))
+    return topic_of(conn, agent, row, active_topic(conn, agent, str(row[1])))
 
 
 def topic_get(

@@ -5,21 +5,21 @@ recently active: their recent stems and mean vector) and its active topic (that 
 session's latest message), and says which topic the message joins: one named by the store's
 `topicId`, an existing one, or a new one whose id it mints. apply (`place`) writes it: the
 message's row of the session list gets the topic, and the topic row its updated profile, open
-loops, counts, times and built-in text. apply is deterministic over (state, decision), so a
+loops, counts and times. apply is deterministic over (state, decision), so a
 shard's replay writes the same rows. A message already in the session list keeps its topic.
 
-The built-in text is made from at most TEXT_SAMPLE of the topic's messages (its first
-TEXT_FIRST and its latest), so a store's cost does not grow with the topic, and only when the
-topic reaches 1, 2, 4, 8, 16 or 32 messages and every REFRESH_EVERY after (`refreshes`): made
-on every store, it was most of a store's cost (0.8 ms of the 0.8 ms a topic added per store on
-tests/fixtures/topic_sessions.jsonl). Between refreshes only the summary's first sentence,
-the count of messages by role, changes (the profile keeps them by role).
+A store does not remake the topic's built-in text (handlers/topics/text.py: reads make it when
+it is older than the topic's messages); it writes the text of a topic's first message when it
+starts one. The rest of the row is updated in the columns that change, and what is decoded
+from the session's topics is kept while they do not change, since most do not between two
+stores.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections import Counter
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import apsw
@@ -28,18 +28,15 @@ import numpy as np
 from msgspec import UNSET, UnsetType
 
 from handlers.topics.assign import Incoming, assign
-from handlers.topics.extract import TopicText, extract, header_of, llm_holds
+from handlers.topics.extract import extract
 from handlers.topics.loops import LoopMessage, OpenLoop, advance
 from handlers.topics.profile import TopicProfile, updated
-from handlers.topics.words import keyword_stems
+from handlers.topics.words import keyword_stems, too_short
 from schema.base import Agent
 from schema.errors import InvalidRequest
 
 COMPARED = 16  # topics a message is compared with: the session's most recently active
-TEXT_FIRST = 6  # a topic's opening messages, which usually say what it is about
-TEXT_SAMPLE = 32  # messages its built-in text is made from
 MAX_LOOPS = 50  # open loops kept per topic, the oldest dropped first
-REFRESH_EVERY = 16  # past 32 messages, the built-in text is remade every this many
 
 Vector = tuple[float, ...]
 
@@ -55,25 +52,37 @@ class TopicChoice(msgspec.Struct, frozen=True, kw_only=True):
 
 class Extra(msgspec.Struct, frozen=True, kw_only=True):
     """The parts of a profile assignment does not compare, kept as the `profile` column; and
-    where the topic's text came from: `llm_titled`, the message count when the LLM's text now
-    on it was asked for (handlers/topics/titles.py), unset for the built-in text."""
+    where the topic's text came from: `text_at`, the message count its stored built-in text was
+    made at (handlers/topics/text.py), and `llm_titled`, the message count when the LLM's text
+    now on it was asked for (handlers/topics/titles.py), unset for the built-in text."""
 
     vocabulary: dict[str, int] = {}
     roles: dict[str, int] = {}
+    text_at: int = 0
     llm_titled: int | UnsetType = UNSET
 
 
 _RECENT = msgspec.json.Decoder(list[list[str]])
 _EXTRA = msgspec.json.Decoder(Extra)
 _LOOPS = msgspec.json.Decoder(list[OpenLoop])
-_LABELS = msgspec.json.Decoder(list[str])
 _ENCODE = msgspec.json.Encoder()
 
 
 def meaning_of(blob: Any) -> Vector | None:
-    if blob is None:
-        return None
-    return tuple(np.frombuffer(bytes(blob), dtype=np.float32).astype(np.float64).tolist())
+    return None if blob is None else _meaning(bytes(blob))
+
+
+# A store compares its message with each of the session's topics, and most of them have not
+# changed since the store before: their columns are decoded once, not on every store.
+@lru_cache(maxsize=1024)
+def _meaning(blob: bytes) -> Vector:
+    return tuple(np.frombuffer(blob, dtype=np.float32).astype(np.float64).tolist())
+
+
+@lru_cache(maxsize=4096)
+def recent_of(column: str) -> tuple[tuple[str, ...], ...]:
+    """The `recent` column's windows of stems."""
+    return tuple(tuple(stems) for stems in _RECENT.decode(column))
 
 
 def active_topic(conn: apsw.Connection, agent: Agent, session_id: str) -> str | None:
@@ -93,12 +102,8 @@ def compared(conn: apsw.Connection, agent: Agent, session_id: str) -> list[Topic
         (*agent, session_id, COMPARED),
     ).fetchall()
     return [
-        TopicProfile(
-            topic_id=str(topic_id),
-            recent=tuple(tuple(stems) for stems in _RECENT.decode(str(recent))),
-            meaning=meaning_of(meaning),
-        )
-        for topic_id, recent, meaning in rows
+        TopicProfile(topic_id=str(topic_id), recent=recent_of(str(recent)), meaning=meaning_of(m))
+        for topic_id, recent, m in rows
     ]
 
 
@@ -127,28 +132,13 @@ def choose(
             )
         return TopicChoice(topic_id=named, reason="named", stems=list(keyword_stems(message.text)))
     active = active_topic(conn, agent, session_id)
-    found_assignment = assign(message, compared(conn, agent, session_id), active)
+    short = active is not None and too_short(keyword_stems(message.text))  # stays: nothing read
+    topics = [] if short else compared(conn, agent, session_id)
+    found_assignment = assign(message, topics, active)
     topic_id = found_assignment.topic_id or str(uuid.uuid4())
     return TopicChoice(
         topic_id=topic_id, reason=found_assignment.reason, stems=list(found_assignment.stems)
     )
-
-
-def _sample(conn: apsw.Connection, agent: Agent, topic_id: str) -> list[tuple[str, str]]:
-    """(role, content) of the topic's first TEXT_FIRST messages and its latest, in order."""
-    rows = conn.execute(
-        "SELECT position, role, content FROM ("
-        "  SELECT * FROM (SELECT m.position, m.role, k.content FROM session_messages m "
-        "    JOIN memories k ON k.id = m.memory_id WHERE m.tenant = ? AND m.agent_id = ? "
-        "    AND m.topic_id = ? ORDER BY m.position LIMIT ?) "
-        "  UNION "
-        "  SELECT * FROM (SELECT m.position, m.role, k.content FROM session_messages m "
-        "    JOIN memories k ON k.id = m.memory_id WHERE m.tenant = ? AND m.agent_id = ? "
-        "    AND m.topic_id = ? ORDER BY m.position DESC LIMIT ?)"
-        ") ORDER BY position",
-        (*agent, topic_id, TEXT_FIRST, *agent, topic_id, TEXT_SAMPLE - TEXT_FIRST),
-    ).fetchall()
-    return [(str(role), str(content)) for _, role, content in rows]
 
 
 class Placing(msgspec.Struct, frozen=True, kw_only=True):
@@ -170,10 +160,18 @@ class Placed(NamedTuple):
 
 
 def place(
-    conn: apsw.Connection, agent: Agent, session_id: str, choice: TopicChoice, m: Placing
+    conn: apsw.Connection,
+    agent: Agent,
+    session_id: str,
+    choice: TopicChoice,
+    m: Placing,
+    listed: int | None = None,
 ) -> Placed:
     """apply's topic step: the message's row of the session list joins the chosen topic, and
-    the topic row is written; the topic the message is in (its old one if it had one)."""
+    the topic row is written; the topic the message is in (its old one if it had one).
+    `listed`: the position the store appended the message at, already in the topic."""
+    if listed is not None:
+        return Placed(choice.topic_id, _write_topic(conn, agent, session_id, choice, m, listed))
     row = conn.execute(
         "UPDATE session_messages SET topic_id = ? WHERE tenant = ? AND agent_id = ? "
         "AND session_id = ? AND memory_id = ? AND topic_id IS NULL RETURNING position",
@@ -189,11 +187,6 @@ def place(
     return Placed(choice.topic_id, _write_topic(conn, agent, session_id, choice, m, int(row[0])))
 
 
-def refreshes(count: int) -> bool:
-    """Whether a topic's built-in text is remade when it reaches `count` messages."""
-    return (count <= 32 and count & (count - 1) == 0) or count % REFRESH_EVERY == 0
-
-
 def _write_topic(
     conn: apsw.Connection,
     agent: Agent,
@@ -202,43 +195,75 @@ def _write_topic(
     m: Placing,
     position: int,
 ) -> int:
-    """The topic row with the message added; its message count after."""
+    """The topic row with the message added; its message count after. An existing row gets
+    only the columns that change (the window when the message has keywords, the mean when it
+    has a vector, the loops when they moved), never its text."""
     current = conn.execute(
-        "SELECT recent, meaning, profile, open_loops, message_count, first_at, last_active_at, "
-        "title, labels, summary FROM topics WHERE tenant = ? AND agent_id = ? AND id = ?",
+        "SELECT recent, meaning, profile, open_loops, message_count, first_at, last_active_at "
+        "FROM topics WHERE tenant = ? AND agent_id = ? AND id = ?",
         (*agent, choice.topic_id),
     ).fetchone()
-    profile = TopicProfile(topic_id=choice.topic_id)
-    extra, loops, count, first_at, last_at = Extra(), list[OpenLoop](), 0, m.timestamp, 0
-    if current is not None:
-        recent, meaning, extra_json, loops_json, count, first_at, last_at, *text_was = current
-        extra = _EXTRA.decode(extra_json)
-        profile = TopicProfile(
-            topic_id=choice.topic_id,
-            recent=tuple(tuple(stems) for stems in _RECENT.decode(recent)),
-            vocabulary=extra.vocabulary,
-            meaning=meaning_of(meaning),
-        )
-        loops = _LOOPS.decode(loops_json)
+    if current is None:
+        return _insert_topic(conn, agent, session_id, choice, m, position)
+    recent, meaning, extra_json, loops_json, count, first_at, last_at = current
+    extra = _EXTRA.decode(extra_json)
+    profile = TopicProfile(
+        topic_id=choice.topic_id,
+        recent=recent_of(str(recent)),
+        vocabulary=extra.vocabulary,
+        meaning=meaning_of(meaning),
+    )
     profile = updated(profile, tuple(choice.stems), m.vector)
     roles = Counter(extra.roles)
     roles[m.role] += 1
-    loops = advance(loops, LoopMessage(id=m.memory_id, role=m.role, text=m.text))[-MAX_LOOPS:]
-    llm_titled = extra.llm_titled or 0
-    if current is None or (refreshes(int(count) + 1) and not llm_holds(llm_titled, count + 1)):
-        text = extract(_sample(conn, agent, choice.topic_id), roles=roles)
-        llm_titled = 0
-    else:
-        title, labels, summary = (str(column) for column in text_was)
-        body = summary[len(header_of(extra.roles)) :]
-        text = TopicText(
-            title=title, labels=_LABELS.decode(labels), summary=header_of(roles) + body
-        )
-    meaning = (
-        None if profile.meaning is None else np.asarray(profile.meaning, dtype=np.float32).tobytes()
-    )
+    count = int(count) + 1
+    loops_was = _LOOPS.decode(loops_json)
+    loops = advance(loops_was, LoopMessage(id=m.memory_id, role=m.role, text=m.text))[-MAX_LOOPS:]
+    changes: dict[str, Any] = {}
+    if loops != loops_was:
+        changes["open_loops"] = _ENCODE.encode(loops).decode()
+    if choice.stems:
+        changes["recent"] = _ENCODE.encode(profile.recent).decode()
+    if m.vector is not None:
+        changes["meaning"] = _meaning_column(profile)
+    changes |= {
+        "message_count": count,
+        "first_at": min(int(first_at), m.timestamp),
+        "last_active_at": max(m.timestamp, int(last_at)),
+        "last_position": position,
+        "profile": _ENCODE.encode(
+            msgspec.structs.replace(extra, vocabulary=profile.vocabulary, roles=dict(roles))
+        ).decode(),
+    }
     conn.execute(
-        "INSERT OR REPLACE INTO topics (tenant, agent_id, id, session_id, title, labels, "
+        f"UPDATE topics SET {', '.join(f'{column} = ?' for column in changes)} "
+        "WHERE tenant = ? AND agent_id = ? AND id = ?",
+        (*changes.values(), *agent, choice.topic_id),
+    )
+    return count
+
+
+def _meaning_column(profile: TopicProfile) -> bytes | None:
+    if profile.meaning is None:
+        return None
+    return np.asarray(profile.meaning, dtype=np.float32).tobytes()
+
+
+def _insert_topic(
+    conn: apsw.Connection,
+    agent: Agent,
+    session_id: str,
+    choice: TopicChoice,
+    m: Placing,
+    position: int,
+) -> int:
+    """A new topic's row, of its first message (its text made from that message)."""
+    profile = updated(TopicProfile(topic_id=choice.topic_id), tuple(choice.stems), m.vector)
+    roles = {m.role: 1}
+    loops = advance([], LoopMessage(id=m.memory_id, role=m.role, text=m.text))[-MAX_LOOPS:]
+    text = extract([(m.role, m.text)], roles=roles)
+    conn.execute(
+        "INSERT INTO topics (tenant, agent_id, id, session_id, title, labels, "
         "summary, open_loops, message_count, first_at, last_active_at, last_position, recent, "
         "meaning, profile) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
@@ -249,17 +274,13 @@ def _write_topic(
             _ENCODE.encode(text.labels).decode(),
             text.summary,
             _ENCODE.encode(loops).decode(),
-            int(count) + 1,
-            min(int(first_at), m.timestamp),
-            max(m.timestamp, int(last_at)),
+            1,
+            m.timestamp,
+            m.timestamp,
             position,
-            _ENCODE.encode([list(stems) for stems in profile.recent]).decode(),
-            meaning,
-            _ENCODE.encode(
-                Extra(
-                    vocabulary=profile.vocabulary, roles=dict(roles), llm_titled=llm_titled or UNSET
-                )
-            ).decode(),
+            _ENCODE.encode(profile.recent).decode(),
+            _meaning_column(profile),
+            _ENCODE.encode(Extra(vocabulary=profile.vocabulary, roles=roles, text_at=1)).decode(),
         ),
     )
-    return int(count) + 1
+    return 1

@@ -21,7 +21,8 @@ import apsw
 import msgspec
 
 from handlers.topics.extract import LABELS, SUMMARY_CHARS, TITLE_CHARS, TopicText, header_of
-from handlers.topics.stored import TEXT_FIRST, TEXT_SAMPLE, Extra
+from handlers.topics.stored import Extra
+from handlers.topics.text import TEXT_FIRST, TEXT_SAMPLE
 from schema.base import Agent
 
 MESSAGE_CHARS = 1_500  # of each message shown to the LLM

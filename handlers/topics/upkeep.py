@@ -21,7 +21,8 @@ from msgspec import UNSET
 
 from handlers.topics.extract import extract
 from handlers.topics.loops import LoopMessage, OpenLoop, advance
-from handlers.topics.stored import MAX_LOOPS, TEXT_FIRST, TEXT_SAMPLE, Extra
+from handlers.topics.stored import MAX_LOOPS, Extra
+from handlers.topics.text import TEXT_FIRST, TEXT_SAMPLE
 from schema.base import Agent
 
 _ENCODE = msgspec.json.Encoder()
@@ -90,7 +91,9 @@ def _refresh(conn: apsw.Connection, agent: Agent, topic_id: str) -> None:
         else [*said[:TEXT_FIRST], *said[-(TEXT_SAMPLE - TEXT_FIRST) :]]
     )
     text = extract(sample, roles=roles)
-    extra = msgspec.structs.replace(_EXTRA.decode(held[0]), roles=dict(roles), llm_titled=UNSET)
+    extra = msgspec.structs.replace(
+        _EXTRA.decode(held[0]), roles=dict(roles), text_at=len(rows), llm_titled=UNSET
+    )
     timestamps = [int(row[3]) for row in rows]
     conn.execute(
         "UPDATE topics SET title = ?, labels = ?, summary = ?, open_loops = ?, message_count = ?, "

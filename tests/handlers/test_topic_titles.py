@@ -12,6 +12,7 @@ import pytest
 
 from handlers.sanitize import Sanitized
 from handlers.topics.extract import asks_llm
+from handlers.topics.reading import find_topic
 from handlers.topics.titles import Titled, apply_titled, read_answer, title_sample
 from schema.memory import StoreRequest
 from tests.test_transfer import migrated
@@ -96,8 +97,8 @@ def test_the_llm_text_is_not_written_to_a_topic_whose_message_moved_meanwhile(
 def test_the_llm_text_holds_until_the_topic_grew_past_its_next_chance(
     conn: apsw.Connection,
 ) -> None:
-    """Titled at 3 messages, the built-in refreshes at 4 and 8 leave the LLM's text; with no
-    answer at 15, the refresh at 16 makes the built-in text again and clears the mark."""
+    """Titled at 3 messages, reads show the LLM's text (its summary counting the messages
+    now) up to 15 messages; with no answer at 15, from 16 they show the built-in text again."""
     topic = store(conn, "I'm planning a trip to Lisbon in May with flights and a hotel.")
     store(conn, "Which Lisbon hotel is quiet?")
     store(conn, "Alfama hotels are quiet.", role="assistant")
@@ -105,8 +106,11 @@ def test_the_llm_text_holds_until_the_topic_grew_past_its_next_chance(
         assert apply_titled(conn, titled(conn, topic))
     for n in range(4, 16):
         store(conn, f"Lisbon hotel note {n}: the Alfama trams", at=n)
-    title, profile, count = topic_row(conn, topic)
-    assert (title, count) == ("Lisbon trip", 15) and '"llm_titled":3' in profile
+    shown = find_topic(conn, AGENT, topic)
+    assert (shown.title, shown.message_count) == ("Lisbon trip", 15)
+    assert shown.summary == "15 messages (1 assistant, 14 user). A trip to Lisbon."
+    assert '"llm_titled":3' in topic_row(conn, topic)[1]
     store(conn, "Lisbon hotel note 16: the Alfama trams", at=16)
-    title, profile, count = topic_row(conn, topic)
-    assert count == 16 and title != "Lisbon trip" and "llm_titled" not in profile
+    shown = find_topic(conn, AGENT, topic)
+    assert shown.message_count == 16 and shown.title != "Lisbon trip"
+    assert shown.summary.startswith("16 messages (1 assistant, 15 user). I'm planning a trip")

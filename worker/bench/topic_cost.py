@@ -22,6 +22,7 @@ import nats
 
 from worker.bench.client import BenchClient, percentiles
 from worker.bench.fact_store import _running, _spawn, _stop
+from worker.bench.stores import cpu_seconds
 from worker.bench.topics import TEST_SET, load_sessions
 from worker.bench.waiting import free_port, wait_for_responder
 from worker.embedded import EmbeddedServer
@@ -46,9 +47,15 @@ def messages(count: int) -> list[dict[str, Any]]:
 
 
 async def stores_in_turn(
-    nc: Any, prefixes: dict[str, str], said: list[dict[str, Any]], echoes: int
+    nc: Any,
+    prefixes: dict[str, str],
+    said: list[dict[str, Any]],
+    echoes: int,
+    pids: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Each message stored on each mode's worker in turn; the p50 of each, and the echo's."""
+    """Each message stored on each mode's worker in turn; the p50 of each, and the echo's; with
+    `pids` (each mode's worker process), each worker's CPU per store (all its threads: a shared
+    machine's waits are not counted, as they are in the p50)."""
     clients = {mode: BenchClient(nc, prefix) for mode, prefix in prefixes.items()}
     for client in clients.values():  # a fresh worker's first stores are slower: not timed
         for n in range(WARM_UP):
@@ -56,6 +63,7 @@ async def stores_in_turn(
     floor = BenchClient(nc)
     echo = [(await floor.timed_at("bench.echo", {"x": 1}))[0] for _ in range(echoes)]
     times: dict[str, list[float]] = {mode: [] for mode in clients}
+    cpu = {mode: cpu_seconds(pid) for mode, pid in (pids or {}).items()}
     for n, body in enumerate(said):
         order = list(clients) if n % 2 == 0 else list(reversed(clients))
         for mode in order:
@@ -63,7 +71,13 @@ async def stores_in_turn(
             took, reply = await clients[mode].timed("memory::store", {"agentId": agent, **body})
             assert ("topicId" in reply) == (mode == "assign"), reply
             times[mode].append(took)
-    return {"echo": percentiles(echo)} | {mode: percentiles(times[mode]) for mode in clients}
+    found: dict[str, Any] = {"echo": percentiles(echo)}
+    for mode in clients:
+        found[mode] = percentiles(times[mode])
+        if mode in cpu:
+            spent = cpu_seconds((pids or {})[mode]) - cpu[mode]
+            found[mode]["cpu_us"] = round(spent * 1e6 / max(len(said), 1), 1)
+    return found
 
 
 async def resume_long_session(nc: Any, prefix: str, count: int) -> dict[str, Any]:
@@ -119,25 +133,33 @@ async def run_topic_cost(args: argparse.Namespace) -> dict[str, Any]:
                 workers = [await _running(server.url, mode_env) for mode_env in envs.values()]
                 try:
                     prefixes = {mode: f"{mode}." for mode in MODES}
-                    rounds.append(await stores_in_turn(nc, prefixes, said, args.echo))
+                    pids = {mode: worker.pid for mode, worker in zip(MODES, workers, strict=True)}
+                    rounds.append(await stores_in_turn(nc, prefixes, said, args.echo, pids))
                     if round_ == 0:
                         resume = await resume_long_session(nc, "assign.", args.resume_messages)
                 finally:
                     for worker in workers:
                         _stop(worker)
             ratios = [r["assign"]["p50_ms"] / r["off"]["p50_ms"] for r in rounds]
-            echo_p50 = statistics.median(r["echo"]["p50_ms"] for r in rounds)
+            cpu_ratios = [r["assign"]["cpu_us"] / max(r["off"]["cpu_us"], 1e-9) for r in rounds]
+            echo_p50 = round(statistics.median(r["echo"]["p50_ms"] for r in rounds), 3)
             return {
                 "embedder": env["MEMORY_WORKER_EMBEDDER"],
                 "stores": len(said),
                 "rounds": len(rounds),
-                "echo_p50_ms": round(echo_p50, 3),
+                "echo_p50_ms": echo_p50,
                 "store_p50_ms": {
                     mode: round(statistics.median(r[mode]["p50_ms"] for r in rounds), 3)
                     for mode in MODES
                 },
                 "ratio": round(statistics.median(ratios), 3),
                 "ratios": [round(ratio, 3) for ratio in ratios],
+                "cpu_us_per_store": {
+                    mode: round(statistics.median(r[mode]["cpu_us"] for r in rounds), 1)
+                    for mode in MODES
+                },
+                "cpu_ratio": round(statistics.median(cpu_ratios), 3),
+                "cpu_ratios": [round(ratio, 3) for ratio in cpu_ratios],
                 "resume": resume | {"p50_vs_echo": round(resume["active"]["p50_ms"] / echo_p50, 2)},
             }
         finally:
@@ -148,6 +170,7 @@ async def run_topic_cost(args: argparse.Namespace) -> dict[str, Any]:
 
 def topic_cost_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
     stores, resume = results["store_p50_ms"], results["resume"]
+    cpus = results["cpu_us_per_store"]
     return [
         ("embedder", results["embedder"]),
         ("echo p50 ms (median of rounds)", results["echo_p50_ms"]),
@@ -155,6 +178,11 @@ def topic_cost_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
             "store p50 ms with topics vs off",
             f"{stores['assign']} vs {stores['off']} (median ratio {results['ratio']}x of "
             f"{results['rounds']} rounds of {results['stores']}: {results['ratios']})",
+        ),
+        (
+            "worker CPU us per store with topics vs off",
+            f"{cpus['assign']} vs {cpus['off']} (median ratio {results['cpu_ratio']}x: "
+            f"{results['cpu_ratios']})",
         ),
         (
             f"session::resume p50 ms, {resume['messages']} messages",

@@ -170,13 +170,14 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
     agent = agent_of(d.request)
     if switched_off(conn, agent):
         return StoreDone(NOT_STORED, False)
-    reply, restores, appended = place_store(
+    reply, restores, appended, listed = place_store(
         conn,
         d.request,
         now=d.at,
         embedding=_vector(d.model, d.vector),
         memory_id=d.id,
         flags=d.flags,
+        topic_id=None if d.topic is None else d.topic.topic_id,
     )
     timestamp = d.at if d.request.timestamp is UNSET else d.request.timestamp
     placed = None
@@ -189,7 +190,7 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
             vector=vector,
             timestamp=timestamp,
         )
-        placed = place(conn, agent, d.request.session_id, d.topic, placing)
+        placed = place(conn, agent, d.request.session_id, d.topic, placing, listed)
         reply = msgspec.structs.replace(reply, topic_id=placed.topic_id)
     if not reply.stored or reply.id is None or not d.facts:  # most texts state no fact
         unfacted = msgspec.structs.replace(reply, facts=[])
