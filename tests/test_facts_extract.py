@@ -177,3 +177,16 @@ def test_extracting_a_text_with_words_never_seen_together_compiles_no_pattern(
     text = "My favourite spouse quit; I moved to Oslo and I'm allergic to cats, I speak Farsi."
     assert {s.predicate for s in extract_statements(text)} == {"lives_in", "allergic_to", "speaks"}
     assert compiled == []
+
+
+def test_i_have_an_allergy_to_x_states_allergic_to_x() -> None:
+    """"I have (a severe) allergy / allergies to X" is the allergic_to phrasing too (the scan's
+    gate once stopped at "allerg" and let none of them through)."""
+    for text, thing in [
+        ("I have an allergy to peanuts.", "peanuts"),
+        ("I have a severe allergy to wasp stings.", "wasp stings"),
+        ("I have allergies to ragweed, sadly.", "ragweed"),
+    ]:
+        assert [(s.predicate, s.object, s.ends) for s in extract_statements(text)] == [
+            ("allergic_to", thing, False)
+        ], text
