@@ -22,14 +22,30 @@ def _lacking(model: str | None) -> tuple[str, tuple[str, ...]]:
 def vectorless(
     conn: apsw.Connection, tenant: str, agent_id: str, limit: int, model: str | None = None
 ) -> list[tuple[str, str]]:
-    """(id, content) of up to `limit` of the agent's memories without a vector (of `model`)."""
-    lacking, params = _lacking(model)
-    return [
+    """(id, content) of up to `limit` of the agent's memories without a vector, newest first,
+    then (with `model`) of those with a vector of another model.
+
+    Those without one are read through the `memories_vectorless` index, only them; those of
+    another model cannot be (the model is a parameter), so their query visits every row of the
+    agent: the backfill asks for them only where the start found some (worker/recall_index/
+    backfill.py)."""
+    found = [
         (row[0], row[1])
         for row in conn.execute(
-            f"SELECT id, content FROM memories WHERE tenant = ? AND agent_id = ? AND {lacking} "
+            "SELECT id, content FROM memories WHERE tenant = ? AND agent_id = ? "
+            "AND embedding IS NULL ORDER BY created_at DESC LIMIT ?",
+            (tenant, agent_id, limit),
+        )
+    ]
+    if model is None or len(found) >= limit:
+        return found
+    return found + [
+        (row[0], row[1])
+        for row in conn.execute(
+            "SELECT id, content FROM memories WHERE tenant = ? AND agent_id = ? "
+            "AND embedding IS NOT NULL AND embedding_model IS NOT ? "
             "ORDER BY created_at DESC LIMIT ?",
-            (tenant, agent_id, *params, limit),
+            (tenant, agent_id, model, limit - len(found)),
         )
     ]
 

@@ -78,6 +78,10 @@ class Backfill:
         self._readers = readers
         self._writer = writer
         self._agents: dict[AgentKey, None] = {}
+        # Agents the start found vectors of another model in (with `replace`): only theirs are
+        # searched for those, a query that visits every row of the agent (handlers/backfill.py);
+        # a store deferred for the model leaves its memory without a vector, not another's.
+        self._other_model: set[AgentKey] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
 
@@ -95,6 +99,8 @@ class Backfill:
             for tenant, agent_id in await self._readers.run(
                 lambda c: missing_vector_agents(c, self._model)
             ):
+                if self._model is not None:
+                    self._other_model.add((tenant, agent_id))
                 self.add(tenant, agent_id)
         except Exception:
             log.exception("backfill.scan_failed")
@@ -127,10 +133,10 @@ class Backfill:
         """Embed one batch of the agent's memories that lack a vector; True when there are no
         more, or none of this batch could be embedded (then the agent is retried in RETRY_S)."""
         model, replace = self._embedder.name, self._model is not None
-        rows = await self._readers.run(
-            lambda c: vectorless(c, tenant, agent_id, BATCH, self._model)
-        )
+        other = self._model if (tenant, agent_id) in self._other_model else None
+        rows = await self._readers.run(lambda c: vectorless(c, tenant, agent_id, BATCH, other))
         if not rows:
+            self._other_model.discard((tenant, agent_id))
             return True
         vectors = await self._embedder.embed([content for _, content in rows], query=False)
         found = [(i, v) for (i, _), v in zip(rows, vectors, strict=True) if v is not None]
@@ -144,6 +150,8 @@ class Backfill:
                 c, EMBEDDED, EMBED, embedded, now=0, prepared=None, call=None
             )  # no audit row: a vector is not a change of what the agent remembers
         )
+        if len(rows) < BATCH and len(found) == len(rows):
+            self._other_model.discard((tenant, agent_id))
         return len(rows) < BATCH
 
     async def close(self) -> None:
