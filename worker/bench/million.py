@@ -134,7 +134,7 @@ async def paced_growth(
 ) -> dict[str, Any]:
     """`rate` stores a second for `duration` s, each of a text not stored before (a repeated
     one would be deduplicated: the agent would not grow), and a recall every 0.2 s meanwhile:
-    recall p50 in each minute, the stores made and the time they took."""
+    recall p50 in each minute (and each half minute), the stores made and the time they took."""
     texts, limit = Texts(13), asyncio.Semaphore(64)
     pending: set[asyncio.Task[Any]] = set()
 
@@ -158,20 +158,24 @@ async def paced_growth(
 
     started = time.monotonic()
     growing = asyncio.create_task(storing())
-    minutes: dict[int, list[float]] = {}
+    halves: dict[int, list[float]] = {}
     at = 0
     while not growing.done():
         query = {"agentId": AGENT, "query": queries[at % len(queries)]}
         at += 1
         ms, _ = await client.timed("memory::recall", query)
-        minutes.setdefault(int((time.monotonic() - started) // 60), []).append(ms)
+        halves.setdefault(int((time.monotonic() - started) // 30), []).append(ms)
         await asyncio.sleep(0.2)
     sent = await growing
-    every = [ms for found in minutes.values() for ms in found]
+    every = [ms for found in halves.values() for ms in found]
     return {
         "stored": sent,
         "stores_per_second": round(sent / (time.monotonic() - started)),
-        "p50_by_minute": [percentiles(found)["p50_ms"] for _, found in sorted(minutes.items())],
+        "p50_by_minute": [
+            percentiles(halves.get(2 * m, []) + halves.get(2 * m + 1, []))["p50_ms"]
+            for m in range(1 + max(halves, default=0) // 2)
+        ],
+        "p50_by_half_minute": [percentiles(found)["p50_ms"] for _, found in sorted(halves.items())],
         **percentiles(every),
     }
 
