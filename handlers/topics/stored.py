@@ -18,7 +18,6 @@ stores.
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -214,10 +213,10 @@ def _write_topic(
         meaning=meaning_of(meaning),
     )
     profile = updated(profile, tuple(choice.stems), m.vector)
-    roles = Counter(extra.roles)
-    roles[m.role] += 1
+    roles = dict(extra.roles)
+    roles[m.role] = roles.get(m.role, 0) + 1
     count = int(count) + 1
-    loops_was = _LOOPS.decode(loops_json)
+    loops_was = [] if loops_json == "[]" else _LOOPS.decode(loops_json)
     loops = advance(loops_was, LoopMessage(id=m.memory_id, role=m.role, text=m.text))[-MAX_LOOPS:]
     changes: dict[str, Any] = {}
     if loops != loops_was:
@@ -232,15 +231,18 @@ def _write_topic(
         "last_active_at": max(m.timestamp, int(last_at)),
         "last_position": position,
         "profile": _ENCODE.encode(
-            msgspec.structs.replace(extra, vocabulary=profile.vocabulary, roles=dict(roles))
+            msgspec.structs.replace(extra, vocabulary=profile.vocabulary, roles=roles)
         ).decode(),
     }
-    conn.execute(
-        f"UPDATE topics SET {', '.join(f'{column} = ?' for column in changes)} "
-        "WHERE tenant = ? AND agent_id = ? AND id = ?",
-        (*changes.values(), *agent, choice.topic_id),
-    )
+    conn.execute(_update_sql(tuple(changes)), (*changes.values(), *agent, choice.topic_id))
     return count
+
+
+@lru_cache(maxsize=16)
+def _update_sql(columns: tuple[str, ...]) -> str:
+    """The UPDATE of a topic row's `columns` (a few sets of them occur)."""
+    sets = ", ".join(f"{column} = ?" for column in columns)
+    return f"UPDATE topics SET {sets} WHERE tenant = ? AND agent_id = ? AND id = ?"
 
 
 def _meaning_column(profile: TopicProfile) -> bytes | None:
