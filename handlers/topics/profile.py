@@ -51,12 +51,7 @@ def updated(
     vocabulary, its vector the running mean. A message without stems leaves the window as it
     was, so acknowledgements do not push the topic's words out."""
     recent = (*profile.recent, stems)[-WINDOW:] if stems else profile.recent
-    vocabulary = dict(profile.vocabulary)
-    for stem in stems:
-        vocabulary[stem] = vocabulary.get(stem, 0) + 1
-    if len(vocabulary) > VOCABULARY:
-        kept = sorted(vocabulary.items(), key=lambda item: (-item[1], item[0]))[:VOCABULARY]
-        vocabulary = dict(kept)
+    vocabulary = folded(profile.vocabulary, (stems,))
     meaning = profile.meaning
     if vector is not None:
         if meaning is None or len(meaning) != len(vector):
@@ -67,6 +62,19 @@ def updated(
     return TopicProfile(
         topic_id=profile.topic_id, recent=recent, vocabulary=vocabulary, meaning=meaning
     )
+
+
+def folded(vocabulary: dict[str, int], windows: Iterable[tuple[str, ...]]) -> dict[str, int]:
+    """The vocabulary with messages' stems added one message at a time (the most used
+    VOCABULARY kept after each, as `updated` does), a new dict."""
+    found = dict(vocabulary)
+    for stems in windows:
+        for stem in stems:
+            found[stem] = found.get(stem, 0) + 1
+        if len(found) > VOCABULARY:
+            kept = sorted(found.items(), key=lambda item: (-item[1], item[0]))[:VOCABULARY]
+            found = dict(kept)
+    return found
 
 
 def profile_of(

@@ -29,7 +29,7 @@ from msgspec import UNSET, UnsetType
 from handlers.topics.assign import Incoming, assign
 from handlers.topics.extract import extract
 from handlers.topics.loops import LoopMessage, OpenLoop, advance
-from handlers.topics.profile import TopicProfile, updated
+from handlers.topics.profile import WINDOW, TopicProfile, folded, updated
 from handlers.topics.words import keyword_stems, too_short
 from schema.base import Agent
 from schema.errors import InvalidRequest
@@ -53,16 +53,44 @@ class Extra(msgspec.Struct, frozen=True, kw_only=True):
     """The parts of a profile assignment does not compare, kept as the `profile` column; and
     where the topic's text came from: `text_at`, the message count its stored built-in text was
     made at (handlers/topics/text.py), and `llm_titled`, the message count when the LLM's text
-    now on it was asked for (handlers/topics/titles.py), unset for the built-in text."""
+    now on it was asked for (handlers/topics/titles.py), unset for the built-in text.
+
+    `vocabulary` lacks the stems of the topic's last `unfolded` messages that had any: they are
+    the last `unfolded` windows of its `recent` column (`vocabulary_of` adds them). A store adds
+    its message's stems to the vocabulary only when WINDOW of them are waiting: decoding,
+    updating and encoding a vocabulary of up to VOCABULARY stems on every store was a sixth of
+    the store's topic step."""
 
     vocabulary: dict[str, int] = {}
     roles: dict[str, int] = {}
     text_at: int = 0
     llm_titled: int | UnsetType = UNSET
+    unfolded: int = 0
+
+
+class _Kept(msgspec.Struct, frozen=True, kw_only=True):
+    """The `profile` column as a store updates it: its vocabulary as the JSON it is, unless
+    it is due to be folded."""
+
+    vocabulary: msgspec.Raw = msgspec.Raw(b"{}")
+    roles: dict[str, int] = {}
+    text_at: int = 0
+    llm_titled: int | UnsetType = UNSET
+    unfolded: int = 0
+
+
+def vocabulary_of(extra: Extra, recent: tuple[tuple[str, ...], ...]) -> dict[str, int]:
+    """Every stem the topic has used (the most used VOCABULARY), as placing its messages one by
+    one left it: the `profile` column's vocabulary with the windows not yet folded into it."""
+    if not extra.unfolded:
+        return extra.vocabulary
+    return folded(extra.vocabulary, recent[max(0, len(recent) - extra.unfolded) :])
 
 
 _RECENT = msgspec.json.Decoder(list[list[str]])
 _EXTRA = msgspec.json.Decoder(Extra)
+_KEPT = msgspec.json.Decoder(_Kept)
+_VOCABULARY = msgspec.json.Decoder(dict[str, int])
 _LOOPS = msgspec.json.Decoder(list[OpenLoop])
 _ENCODE = msgspec.json.Encoder()
 
@@ -205,14 +233,15 @@ def _write_topic(
     if current is None:
         return _insert_topic(conn, agent, session_id, choice, m, position)
     recent, meaning, extra_json, loops_json, count, first_at, last_at = current
-    extra = _EXTRA.decode(extra_json)
+    extra = _KEPT.decode(extra_json)
     profile = TopicProfile(
-        topic_id=choice.topic_id,
-        recent=recent_of(str(recent)),
-        vocabulary=extra.vocabulary,
-        meaning=meaning_of(meaning),
+        topic_id=choice.topic_id, recent=recent_of(str(recent)), meaning=meaning_of(meaning)
     )
     profile = updated(profile, tuple(choice.stems), m.vector)
+    vocabulary, unfolded = extra.vocabulary, extra.unfolded + (1 if choice.stems else 0)
+    if unfolded >= WINDOW:  # the window holds exactly the messages waiting
+        words = folded(_VOCABULARY.decode(vocabulary), profile.recent[-unfolded:])
+        vocabulary, unfolded = msgspec.Raw(_ENCODE.encode(words)), 0
     roles = dict(extra.roles)
     roles[m.role] = roles.get(m.role, 0) + 1
     count = int(count) + 1
@@ -231,7 +260,7 @@ def _write_topic(
         "last_active_at": max(m.timestamp, int(last_at)),
         "last_position": position,
         "profile": _ENCODE.encode(
-            msgspec.structs.replace(extra, vocabulary=profile.vocabulary, roles=roles)
+            msgspec.structs.replace(extra, vocabulary=vocabulary, roles=roles, unfolded=unfolded)
         ).decode(),
     }
     conn.execute(_update_sql(tuple(changes)), (*changes.values(), *agent, choice.topic_id))
