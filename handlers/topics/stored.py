@@ -122,16 +122,38 @@ def active_topic(conn: apsw.Connection, agent: Agent, session_id: str) -> str | 
     return None if row is None or row[0] is None else str(row[0])
 
 
-def compared(conn: apsw.Connection, agent: Agent, session_id: str) -> list[TopicProfile]:
-    rows = conn.execute(
-        "SELECT id, recent, meaning FROM topics WHERE tenant = ? AND agent_id = ? "
+def compared(
+    conn: apsw.Connection, agent: Agent, session_id: str
+) -> tuple[list[TopicProfile], int | None]:
+    """The session's COMPARED most recently active topics, and the latest position of a
+    message of theirs (None: the session has no topic)."""
+    rows: list[Any] = conn.execute(
+        "SELECT id, recent, meaning, last_position FROM topics WHERE tenant = ? AND agent_id = ? "
         "AND session_id = ? ORDER BY last_active_at DESC, last_position DESC LIMIT ?",
         (*agent, session_id, COMPARED),
     ).fetchall()
-    return [
+    profiles = [
         TopicProfile(topic_id=str(topic_id), recent=recent_of(str(recent)), meaning=meaning_of(m))
-        for topic_id, recent, m in rows
+        for topic_id, recent, m, _ in rows
     ]
+    return profiles, max((int(row[3]) for row in rows), default=None)
+
+
+def latest_topic(
+    conn: apsw.Connection, agent: Agent, session_id: str, position: int | None
+) -> str | None:
+    """`active_topic`, read at `position` (the latest a topic of the session holds) when the
+    session has one message there or after (then it is the latest, whatever its topic): an
+    index seek without ORDER BY costs a third of the ordered one."""
+    if position is not None:
+        rows = conn.execute(
+            "SELECT topic_id FROM session_messages WHERE tenant = ? AND agent_id = ? "
+            "AND session_id = ? AND position >= ? LIMIT 2",
+            (*agent, session_id, position),
+        ).fetchall()
+        if len(rows) == 1:
+            return None if rows[0][0] is None else str(rows[0][0])
+    return active_topic(conn, agent, session_id)
 
 
 def topic_session(conn: apsw.Connection, agent: Agent, topic_id: str) -> str | None:
@@ -158,9 +180,12 @@ def choose(
                 f"topic `{named}` belongs to another session of agent `{agent[1]}` (at `$.topicId`)"
             )
         return TopicChoice(topic_id=named, reason="named", stems=list(keyword_stems(message.text)))
-    active = active_topic(conn, agent, session_id)
-    short = active is not None and too_short(keyword_stems(message.text))  # stays: nothing read
-    topics = [] if short else compared(conn, agent, session_id)
+    if too_short(keyword_stems(message.text)):  # stays in the active topic: nothing compared
+        active = active_topic(conn, agent, session_id)
+        topics = [] if active is not None else compared(conn, agent, session_id)[0]
+    else:
+        topics, latest = compared(conn, agent, session_id)
+        active = latest_topic(conn, agent, session_id, latest)
     found_assignment = assign(message, topics, active)
     topic_id = found_assignment.topic_id or str(uuid.uuid4())
     return TopicChoice(
