@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import lru_cache
+from itertools import chain
 
 import msgspec
 import numpy as np
@@ -35,7 +36,7 @@ class TopicProfile(msgspec.Struct, frozen=True, kw_only=True):
 def words_of(recent: tuple[tuple[str, ...], ...]) -> frozenset[str]:
     """Every stem of a window, kept for the windows in use: a store compares its message with
     each of the session's topics, most of which have not changed since the last store."""
-    return frozenset(stem for stems in recent for stem in stems)
+    return frozenset(chain.from_iterable(recent))
 
 
 def unit(vector: tuple[float, ...] | npt.NDArray[np.float64]) -> tuple[float, ...]:
