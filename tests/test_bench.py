@@ -248,9 +248,10 @@ def test_bench_fact_store_prints_query_p50_beside_the_echo_and_stores_per_second
 ):
     """--fact-store on small sizes: the query's p50 and its ratio to the echo measured in the same
     run, and stores per second with extraction on and off (their ratio), with each worker's CPU
-    per store (their ratio)."""
+    per store (their ratio), for the share of fact-stating texts asked (--fact-every)."""
     command = [sys.executable, "-m", "worker", "bench", "--fact-store", "--fact-count", "200",
-               "--fact-stores", "600", "--fact-rounds", "1", "--echo", "50", "--json"]  # fmt: skip
+               "--fact-stores", "600", "--fact-rounds", "1", "--echo", "50", "--fact-every",
+               "60", "--json"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout.strip().splitlines()[-1])
@@ -259,6 +260,7 @@ def test_bench_fact_store_prints_query_p50_beside_the_echo_and_stores_per_second
     assert query["p50_vs_echo"] == round(query["p50_ms"] / results["echo"]["p50_ms"], 2)
     stores = results["stores_per_second"]
     assert stores["extract"] > 0 and stores["off"] > 0 and stores["rounds"] == 1
+    assert stores["fact_every"] == 60
     [ratio] = stores["ratios"]  # one round: its ratio is the median
     assert stores["ratio"] == ratio
     assert abs(ratio / (stores["extract"] / stores["off"]) - 1) < 0.05  # rates are rounded

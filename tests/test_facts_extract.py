@@ -5,6 +5,7 @@ set in tests/fixtures/facts_sentences.jsonl and the rules one by one."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -157,3 +158,35 @@ def test_a_taste_for_the_thing_at_hand_is_no_lasting_taste() -> None:
     assert extract_statements("I love the Beatles.") == [Statement("likes", "the Beatles")]
     assert extract_statements("I can't stand the cold.") == [Statement("dislikes", "the cold")]
     assert extract_statements("I love baking.") == [Statement("likes", "baking")]
+
+
+def test_extracting_a_text_with_words_never_seen_together_compiles_no_pattern(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each head is compiled once, at import: a text whose set of head words is new costs no
+    compile (several milliseconds each, for each new set, when the heads a text held were
+    joined into a pattern of their own)."""
+    compiled: list[str] = []
+    real = re.compile
+
+    def counting(pattern: str, flags: int = 0) -> re.Pattern[str]:
+        compiled.append(pattern)
+        return real(pattern, flags)
+
+    monkeypatch.setattr(re, "compile", counting)
+    text = "My favourite spouse quit; I moved to Oslo and I'm allergic to cats, I speak Farsi."
+    assert {s.predicate for s in extract_statements(text)} == {"lives_in", "allergic_to", "speaks"}
+    assert compiled == []
+
+
+def test_i_have_an_allergy_to_x_states_allergic_to_x() -> None:
+    """"I have (a severe) allergy / allergies to X" is the allergic_to phrasing too (the scan's
+    gate once stopped at "allerg" and let none of them through)."""
+    for text, thing in [
+        ("I have an allergy to peanuts.", "peanuts"),
+        ("I have a severe allergy to wasp stings.", "wasp stings"),
+        ("I have allergies to ragweed, sadly.", "ragweed"),
+    ]:
+        assert [(s.predicate, s.object, s.ends) for s in extract_statements(text)] == [
+            ("allergic_to", thing, False)
+        ], text

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 
 from handlers.recall.keywords import keyword_weights
@@ -113,3 +114,24 @@ def test_a_recall_that_adds_nothing_does_not_count_the_agents_bytes_again(
     calls = len(counts)
     index.snapshot(KEY)
     assert len(counts) == calls
+
+
+def test_a_word_in_the_base_and_the_tail_is_joined_once_then_only_its_new_rows_appended() -> None:
+    """While an agent grows, a word's rows are the base's then the tail's at every lookup, and
+    a lookup copies only the rows added since the last (the base's rows again only when the
+    joined list runs out of room, which doubles), never changing a list handed out before."""
+    base = list(range(0, 3000, 3))
+    postings = Postings.gathered({"paint": base, "river": [1]})
+    added: list[int] = []
+    handed: list[tuple[np.ndarray, list[int]]] = []
+    copies = 0
+    for slot in range(3000, 3400):
+        postings.add("paint", slot)
+        added.append(slot)
+        found = postings.get("paint")
+        assert found is not None and found.tolist() == base + added
+        if handed and not np.shares_memory(found, handed[-1][0]):
+            copies += 1
+        handed.append((found, base + added))
+    assert copies <= 6  # 400 rows added: joined again at 16, 48, 112, 240 rows of the tail
+    assert all(found.tolist() == expected for found, expected in handed)

@@ -1,8 +1,8 @@
 """First-person statements in stored text: "I moved to Berlin" -> lives_in Berlin (section 19).
 
 A pure function, run inside every store's transaction, so it is cheap: a text with no "I", "my"
-or "call" is skipped by one search; otherwise each sentence is scanned once by one pattern
-that joins every phrasing's head that the text can hold (handlers/facts/heads.py). For each
+or "call" is skipped by one search; otherwise at each of those that may start a head, the heads
+the text can hold are tried in order, each compiled once (handlers/facts/heads.py). For each
 head found:
 
 - the words before it, in its clause, must not make it a question ("do I live in X"), a
@@ -28,7 +28,7 @@ from bisect import bisect_right
 import msgspec
 
 from handlers.facts import words as w
-from handlers.facts.heads import heads_for
+from handlers.facts.heads import Candidates, first_head, heads_for
 from handlers.facts.phrasings import GATE, PHRASINGS, Phrasing
 
 
@@ -46,7 +46,6 @@ _GATE = re.compile(GATE, re.IGNORECASE)  # what every head needs after its cue
 # Where a head may start: "I", "Im", "Ive", "my", "call" (and a few harmless others). A plain
 # character set first lets the scan skip most of a text at C speed (6 ns a character here).
 CUE = re.compile(r"[iImMcC](?<=\b[iImMcC])(?:[mM]|[vV][eE]|[yY]|[aA][lL][lL])?\b")
-_BY_GROUP = {f"p{index}": phrasing for index, phrasing in enumerate(PHRASINGS)}
 MAX_WORDS = {
     "person": 4, "date": 6, "place": 8, "org": 8, "job": 6, "thing": 8, "favorite": 8, "language": 3
 }  # fmt: skip
@@ -73,16 +72,16 @@ def extract_statements(text: str) -> list[Statement]:
     spans: list[tuple[int, int]] = []
     asked: dict[int, int] = {}
     heads = 0
-    pattern: re.Pattern[str] | None = None  # the heads this text can hold, once one may
+    candidates: Candidates | None = None  # the heads this text can hold, once one may
     for number, cue in enumerate(CUE.finditer(text)):
         if number == CUES_READ or heads == HEADS_READ:
             break
         if _GATE.match(text, cue.start()) is None:  # most cues
             continue
-        if pattern is None:
-            pattern = heads_for(text)
-        match = pattern.match(text, cue.start())
-        if match is None:  # no sentence split at all
+        if candidates is None:
+            candidates = heads_for(text)
+        head = first_head(candidates, text, cue.start())
+        if head is None:  # no sentence split at all
             continue
         heads += 1
         if not spans:
@@ -90,13 +89,13 @@ def extract_statements(text: str) -> list[Statement]:
         start, end = spans[bisect_right(spans, (cue.start(), len(text))) - 1]
         sentence = text[start:end]
         shift = start  # a head within its sentence is the sentence's own: not matched twice
-        if match.end() > end:
-            match, shift = pattern.match(sentence, cue.start() - start), 0
-            if match is None:  # the head ran past its sentence's end
+        if head[1].end() > end:
+            head, shift = first_head(candidates, sentence, cue.start() - start), 0
+            if head is None:  # the head ran past its sentence's end
                 continue
         if start not in asked:
             asked[start] = _asked_from(sentence)
-        statement = _statement(sentence, match, shift, asked[start])
+        statement = _statement(sentence, head, shift, asked[start])
         if statement is not None and statement not in found:
             found.append(statement)
     return found
@@ -126,16 +125,18 @@ def _asked_from(sentence: str) -> int:
     return marks[-1].start() if marks else 0
 
 
-def _statement(sentence: str, match: re.Match[str], shift: int, asked: int) -> Statement | None:
-    """The statement a head makes; `shift`: where the sentence starts in the string the head
-    was matched in."""
-    phrasing = _BY_GROUP[str(match.lastgroup)]
+def _statement(
+    sentence: str, head: tuple[int, re.Match[str]], shift: int, asked: int
+) -> Statement | None:
+    """The statement a head (its index in PHRASINGS, its match) makes; `shift`: where the
+    sentence starts in the string the head was matched in."""
+    phrasing, match = PHRASINGS[head[0]], head[1]
     head_start, head_end = match.start() - shift, match.end() - shift
     before = sentence[max(0, head_start - WINDOW) : head_start].lower()
     if not _stated(before, phrasing):
         return None
     if phrasing.kind == "number":
-        number = match.groupdict()  # a text's pattern may hold only one of the two
+        number = match.groupdict()  # "age" or "turned"
         obj, anymore, end = str(number.get("age") or number.get("turned")), False, head_end
     else:
         ends_at = w.OBJECT_END[phrasing.kind if phrasing.kind in w.OBJECT_END else ""]

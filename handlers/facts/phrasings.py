@@ -190,7 +190,7 @@ _AFTER_I = (
     r"live|reside|moved|relocated|work|got|landed|found|started|accepted|quit|left|lost"
     r"|stopped|study|like|love|enjoy|adore|hate|detest|despise|loathe|can|cannot|can['’]?t"
     r"|speak|was|don['’]?t|dont|do\s+not|no|grew|turned|divorced"
-    r"|have\s+(?:an?\s+)?(?:\w+\s+)?allerg"
+    r"|have\s+(?:an?\s+)?(?:\w+\s+)?allerg(?:y|ies)"
 )
 _AFTER_IM = (
     rf"from|living|based|working|studying|an?|enrolled|married|not|no|allergic|divorced"

@@ -19,7 +19,9 @@ WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
 SEASON = r"(?:spring|summer|fall|autumn|winter)"
 
 # A sentence ends at . ! ? or a line break, but not after a title or an initial ("St. Louis").
-SENTENCE_END = re.compile(r"(?<![.!?…])[.!?…]++(?=[\s\"”’)]|$)|(?<!\n)\n++")
+# Read left to right, a run of marks or of line breaks is met at its first character: the
+# pattern starts with a plain character set, so a search skips the rest of a text at C speed.
+SENTENCE_END = re.compile(r"[.!?…\n](?:(?<=[.!?…])[.!?…]*+(?=[\s\"”’)]|$)|(?<=\n)\n*+)")
 TITLE = re.compile(r"(?:^|\W)(?:Mr|Mrs|Ms|Dr|St|Mt|Jr|Sr|vs|[A-HJ-Z])$")
 
 # Where a statement's object ends: the end of its clause (contract section 19).

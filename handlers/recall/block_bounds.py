@@ -33,13 +33,24 @@ class BlockBounds:
         self, static: Scores, growth: Scores, timestamp: npt.NDArray[np.int64], rows: int
     ) -> None:
         blocks = -(-rows // self.block)
+        whole = rows // self.block  # the full blocks, reduced in place (no padded copy)
         size = max(16, 2 * blocks)
-        stamps = timestamp[:rows].astype(np.float64)
-        for name, column in zip(self.NAMES, (static, growth, stamps, -stamps), strict=True):
-            padded = np.full(blocks * self.block, -math.inf)
-            padded[:rows] = column[:rows]
+        newest, oldest = (np.full(size, -math.inf) for _ in range(2))
+        stamps = timestamp[:rows]
+        if whole:
+            shaped = stamps[: whole * self.block].reshape(whole, self.block)
+            newest[:whole] = shaped.max(axis=1)
+            oldest[:whole] = -shaped.min(axis=1).astype(np.float64)
+        if blocks > whole:
+            newest[whole] = float(stamps[whole * self.block :].max())
+            oldest[whole] = -float(stamps[whole * self.block :].min())
+        self.newest, self.oldest = newest, oldest
+        for name, column in (("static", static), ("growth", growth)):
             fresh = np.full(size, -math.inf)
-            fresh[:blocks] = padded.reshape(blocks, self.block).max(axis=1, initial=-math.inf)
+            if whole:
+                fresh[:whole] = column[: whole * self.block].reshape(whole, self.block).max(axis=1)
+            if blocks > whole:
+                fresh[whole] = column[whole * self.block : rows].max()
             setattr(self, name, fresh)
 
     def widen(self, at: int, static: float, growth: float, timestamp: int) -> None:

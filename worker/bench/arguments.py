@@ -149,6 +149,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=7,
         help="with --fact-store: alternating rounds, one run of each mode in each",
     )
+    parser.add_argument(
+        "--fact-every",
+        type=int,
+        default=3,
+        help="with --fact-store: one stored text in this many states a fact (3; LoCoMo's "
+        "conversations state one in about 60)",
+    )
     index_memory.add_arguments(parser)
     million.add_arguments(parser)
     stores.add_arguments(parser)

@@ -54,12 +54,13 @@ def asserts(count: int) -> list[dict[str, Any]]:
     return bodies
 
 
-def texts(count: int) -> list[str]:
-    """Stored texts, one in three stating where its speaker lives."""
+def texts(count: int, every: int = 3) -> list[str]:
+    """Stored texts, one in `every` stating where its speaker lives (three by default; in
+    LoCoMo's dev split 36 turns in 2080 state a fact, one in 58)."""
     said = []
     for n in range(count):
         city = CITIES[n % len(CITIES)]
-        if n % 3 == 0:
+        if n % every == 0:
             said.append(f"Quick update {n}: I moved to {city}, and the flat is lovely.")
         else:
             said.append(f"Note {n}: the build for {city} finished in {n % 97} seconds, all green.")
@@ -140,7 +141,7 @@ async def stores_alone(url: str, env: dict[str, str], said: list[str]) -> dict[s
 
 
 async def stores_alternating(
-    url: str, env: dict[str, str], said: list[str], rounds: int, scratch: Path
+    url: str, env: dict[str, str], said: list[str], rounds: int, scratch: Path, every: int
 ) -> dict[str, Any]:
     """Each round one worker per mode, alone, one after the other (off first in even rounds,
     extract first in odd ones, so a drift in the machine's load favours neither), each on a
@@ -171,6 +172,7 @@ async def stores_alternating(
         "cpu_ratios": [round(ratio, 3) for ratio in cpu_ratios],
         "rounds": rounds,
         "stores": len(said),
+        "fact_every": every,
     }
 
 
@@ -193,9 +195,9 @@ async def run_fact_store(args: argparse.Namespace) -> dict[str, Any]:
             await nc.close()
             query_env = env | {"MEMORY_WORKER_DB_PATH": str(Path(scratch) / "facts.db")}
             results = await measure_query(server.url, query_env, args.fact_count, args.echo)
-            said = texts(args.fact_stores)
+            said = texts(args.fact_stores, args.fact_every)
             results["stores_per_second"] = await stores_alternating(
-                server.url, env, said, args.fact_rounds, Path(scratch)
+                server.url, env, said, args.fact_rounds, Path(scratch), args.fact_every
             )
             return results
         finally:
@@ -214,7 +216,8 @@ def fact_store_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
         (
             "stores/s extract vs off",
             f"{stores['extract']} vs {stores['off']} (median ratio {stores['ratio']}x of "
-            f"{stores['rounds']} alternating rounds of {stores['stores']}: {stores['ratios']})",
+            f"{stores['rounds']} alternating rounds of {stores['stores']}, one in "
+            f"{stores['fact_every']} stating a fact: {stores['ratios']})",
         ),
         (
             "worker CPU us per store extract vs off",

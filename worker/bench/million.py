@@ -132,8 +132,9 @@ async def store_over_bus(
 async def paced_growth(
     client: BenchClient, queries: list[str], rate: int, duration: float
 ) -> dict[str, Any]:
-    """`rate` stores a second for `duration` s, and a recall every 0.2 s meanwhile: recall
-    p50 in each minute, the stores made and the time they took."""
+    """`rate` stores a second for `duration` s, each of a text not stored before (a repeated
+    one would be deduplicated: the agent would not grow), and a recall every 0.2 s meanwhile:
+    recall p50 in each minute, the stores made and the time they took."""
     texts, limit = Texts(13), asyncio.Semaphore(64)
     pending: set[asyncio.Task[Any]] = set()
 
@@ -145,7 +146,9 @@ async def paced_growth(
         sent, started, batch = 0, time.monotonic(), texts.many(rate, 8, 40)
         while (elapsed := time.monotonic() - started) < duration:
             while sent < int(elapsed * rate):
-                task = asyncio.create_task(store(batch[sent % len(batch)]))
+                if sent and sent % rate == 0:  # new texts: a repeated one is deduplicated
+                    batch = texts.many(rate, 8, 40)
+                task = asyncio.create_task(store(batch[sent % rate]))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
                 sent += 1
