@@ -180,7 +180,7 @@ def test_extracting_a_text_with_words_never_seen_together_compiles_no_pattern(
 
 
 def test_i_have_an_allergy_to_x_states_allergic_to_x() -> None:
-    """"I have (a severe) allergy / allergies to X" is the allergic_to phrasing too (the scan's
+    """ "I have (a severe) allergy / allergies to X" is the allergic_to phrasing too (the scan's
     gate once stopped at "allerg" and let none of them through)."""
     for text, thing in [
         ("I have an allergy to peanuts.", "peanuts"),

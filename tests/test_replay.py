@@ -183,9 +183,10 @@ async def logged_triggers(nc: Any, last: int) -> set[str]:
     return found
 
 
-async def llm_titles_a_topic(nc: Any, client: Client) -> None:
+async def llm_titles_a_topic(app: ShardApp, nc: Any, client: Client) -> None:
     """The LLM's text of a topic that reached 3 messages (worker/topic_titles.py), written in
-    the background once a stand-in for llm.complete answers."""
+    the background once a stand-in for llm.complete answers (the titler, told earlier that no
+    LLM service was on the bus, is told to ask again)."""
     text = {"title": "Sourdough", "labels": ["bread"], "summary": "Baking a sourdough loaf."}
 
     async def answer(msg: Any) -> None:
@@ -193,6 +194,9 @@ async def llm_titles_a_topic(nc: Any, client: Client) -> None:
 
     llm = await nc.subscribe("llm.complete", cb=answer)
     await nc.flush()
+    for node in app.nodes.values():
+        if node.services is not None:
+            node.services.titler.ask_again()
     for line in ("My sourdough starter smells of acetone after feeding", "Feed it twice daily",
                  "How warm should the sourdough starter be kept overnight?"):  # fmt: skip
         await client.store("t", line, sessionId="bake")
@@ -222,7 +226,7 @@ async def drive_the_rest(app: ShardApp, nc: Any, client: Client) -> None:
         ]:
             break
         await asyncio.sleep(0.05)
-    await llm_titles_a_topic(nc, client)
+    await llm_titles_a_topic(app, nc, client)
     node = app.nodes[0]
     assert node.services is not None
     now = [node.services.clock()]

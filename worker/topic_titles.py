@@ -84,6 +84,10 @@ class TopicTitler:
         """Whether titles are not asked for now: a request lately found no LLM service."""
         return time.monotonic() < self._quiet_until
 
+    def ask_again(self) -> None:
+        """Ask at the next topic due, quiet or not (an LLM service is known to have come)."""
+        self._quiet_until = 0.0
+
     def noticed(self, s: Services, agent: Agent, topic_id: str) -> None:
         """A store brought the topic to a count at which the LLM is asked: ask it in the
         background, unless switched off, already asking for it, or at the bound."""

@@ -21,6 +21,7 @@ from msgspec import UNSET, UnsetType
 from handlers.tables.records import Count, NonEmpty, Record, insert_once, json_text, staged
 from handlers.tables.table import Stat, Table, Transfer, counted, delete_rows
 from handlers.topics.loops import OpenLoop
+from handlers.topics.stored import Extra, recent_of, vocabulary_of
 from schema.base import DEFAULT_TENANT, Millis, StoredId, Tenant
 
 
@@ -65,7 +66,7 @@ def export_topics(conn: apsw.Connection, tenant: str, agent_id: str) -> Iterator
     ).fetchall()
     for topic_id, session_id, title, labels, summary, loops, count, first, last, *rest in rows:
         position, recent, meaning, profile = rest
-        extra = msgspec.json.decode(profile, type=_Extra)
+        extra = msgspec.json.decode(profile, type=Extra)
         yield TopicRecord(
             tenant=tenant, agent_id=agent_id, id=topic_id, session_id=session_id, title=title,
             labels=msgspec.json.decode(labels, type=list[str]), summary=summary,
@@ -73,7 +74,8 @@ def export_topics(conn: apsw.Connection, tenant: str, agent_id: str) -> Iterator
             first_at=first, last_active_at=last, last_position=position,
             recent=msgspec.json.decode(recent, type=list[list[str]]),
             meaning=None if meaning is None else np.frombuffer(meaning, np.float32).tolist(),
-            vocabulary=extra.vocabulary, roles=extra.roles, llm_titled=extra.llm_titled or 0,
+            vocabulary=vocabulary_of(extra, recent_of(recent)), roles=extra.roles,
+            llm_titled=extra.llm_titled or 0,
         )  # fmt: skip
 
 

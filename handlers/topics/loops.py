@@ -41,6 +41,11 @@ DONE = re.compile(
     r"|attached|just \w+ed)\b",
     re.IGNORECASE,
 )
+# TODO or PROMISE anywhere in a text: one scan of a message says whether any of its sentences
+# can open a to-do or promise (a sentence is a part of the text bounded by what is not a word, so
+# a phrasing found in a sentence is found in the text; the phrasings are most of a store's loop
+# reading).
+CUE = re.compile(f"{TODO.pattern}|{PROMISE.pattern}", re.IGNORECASE)
 BARE_DONE = re.compile(r"^\W*(?:all )?(?:done|finished|sorted|did it)\W*$", re.IGNORECASE)
 
 
@@ -68,17 +73,20 @@ def _short(sentence: str) -> str:
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 
-def opened(message: LoopMessage, said: Sequence[str] | None = None) -> list[OpenLoop]:
+def opened(
+    message: LoopMessage, said: Sequence[str] | None = None, cued: bool = True
+) -> list[OpenLoop]:
     """The loops this message opens, one per sentence at most, in order; `said`: its
-    sentences, when the caller has them."""
+    sentences, when the caller has them; `cued` False: CUE is not in its text (no sentence
+    opens a to-do or a promise)."""
     found = []
     for sentence in sentences(message.text) if said is None else said:
         kind: LoopKind | None = None
         if sentence.endswith("?"):
             kind = "question"
-        elif TODO.search(sentence):
+        elif cued and TODO.search(sentence):
             kind = "todo"
-        elif PROMISE.search(sentence):
+        elif cued and PROMISE.search(sentence):
             kind = "promise"
         if kind is not None:
             found.append(
@@ -96,8 +104,15 @@ class _Reply(NamedTuple):
     reported: frozenset[str]
 
 
-def _reply(said: Sequence[str]) -> _Reply:
-    answers = any(not sentence.endswith("?") and keyword_stems(sentence) for sentence in said)
+def _reply(said: Sequence[str], text: str, loops: Sequence[OpenLoop], role: str) -> _Reply:
+    """Only what the open loops can be closed by is read: whether it answers when a question of
+    another role is open, what it reports done when a to-do or promise is (none when DONE is
+    nowhere in its text)."""
+    answers = any(loop.kind == "question" and loop.role != role for loop in loops) and any(
+        not sentence.endswith("?") and keyword_stems(sentence) for sentence in said
+    )
+    if all(loop.kind == "question" for loop in loops) or DONE.search(text) is None:
+        return _Reply(answers, frozenset())
     reports = (s for s in said if DONE.search(s) and not s.endswith("?"))
     return _Reply(answers, frozenset(stem for s in reports for stem in keyword_stems(s)))
 
@@ -114,12 +129,13 @@ def advance(loops: Sequence[OpenLoop], message: LoopMessage) -> list[OpenLoop]:
     """The topic's open loops after one more of its messages: those it answers or reports done
     are closed, then those it opens are added."""
     text = message.text
-    if not loops and "?" not in text and not TODO.search(text) and not PROMISE.search(text):
+    cued = CUE.search(text) is not None
+    if not loops and "?" not in text and not cued:
         return []  # most messages: nothing open, nothing opened (no sentence can match)
     said = sentences(text)
     still = list(loops)
     if still:
-        reply = _reply(said)
+        reply = _reply(said, text, still, message.role)
         still = [loop for loop in still if not _closes(loop, message, reply)]
     if BARE_DONE.match(message.text.strip()):
         for index in range(len(still) - 1, -1, -1):
@@ -127,7 +143,7 @@ def advance(loops: Sequence[OpenLoop], message: LoopMessage) -> list[OpenLoop]:
             if loop.kind == "todo" or (loop.kind == "promise" and loop.role == message.role):
                 del still[index]
                 break
-    return still + opened(message, said)
+    return still + opened(message, said, cued)
 
 
 def open_loops(messages: Iterable[LoopMessage]) -> list[OpenLoop]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import lru_cache
+from itertools import chain
 
 import msgspec
 import numpy as np
@@ -35,7 +36,7 @@ class TopicProfile(msgspec.Struct, frozen=True, kw_only=True):
 def words_of(recent: tuple[tuple[str, ...], ...]) -> frozenset[str]:
     """Every stem of a window, kept for the windows in use: a store compares its message with
     each of the session's topics, most of which have not changed since the last store."""
-    return frozenset(stem for stems in recent for stem in stems)
+    return frozenset(chain.from_iterable(recent))
 
 
 def unit(vector: tuple[float, ...] | npt.NDArray[np.float64]) -> tuple[float, ...]:
@@ -51,12 +52,7 @@ def updated(
     vocabulary, its vector the running mean. A message without stems leaves the window as it
     was, so acknowledgements do not push the topic's words out."""
     recent = (*profile.recent, stems)[-WINDOW:] if stems else profile.recent
-    vocabulary = dict(profile.vocabulary)
-    for stem in stems:
-        vocabulary[stem] = vocabulary.get(stem, 0) + 1
-    if len(vocabulary) > VOCABULARY:
-        kept = sorted(vocabulary.items(), key=lambda item: (-item[1], item[0]))[:VOCABULARY]
-        vocabulary = dict(kept)
+    vocabulary = folded(profile.vocabulary, (stems,))
     meaning = profile.meaning
     if vector is not None:
         if meaning is None or len(meaning) != len(vector):
@@ -67,6 +63,19 @@ def updated(
     return TopicProfile(
         topic_id=profile.topic_id, recent=recent, vocabulary=vocabulary, meaning=meaning
     )
+
+
+def folded(vocabulary: dict[str, int], windows: Iterable[tuple[str, ...]]) -> dict[str, int]:
+    """The vocabulary with messages' stems added one message at a time (the most used
+    VOCABULARY kept after each, as `updated` does), a new dict."""
+    found = dict(vocabulary)
+    for stems in windows:
+        for stem in stems:
+            found[stem] = found.get(stem, 0) + 1
+        if len(found) > VOCABULARY:
+            kept = sorted(found.items(), key=lambda item: (-item[1], item[0]))[:VOCABULARY]
+            found = dict(kept)
+    return found
 
 
 def profile_of(

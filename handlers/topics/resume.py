@@ -11,7 +11,7 @@ left, the latest first (shown in session order), so a short budget keeps the new
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import apsw
 import msgspec
@@ -23,14 +23,14 @@ from handlers.session_refs import require_session
 from handlers.topics.assign import resume_topic
 from handlers.topics.profile import TopicProfile
 from handlers.topics.reading import find_topic
-from handlers.topics.stored import active_topic
+from handlers.topics.stored import Extra, active_topic, recent_of, vocabulary_of
 from schema.base import Agent, agent_of
 from schema.errors import NotFound
 from schema.memory import RecallRequest
 from schema.topics import SessionResumeReply, SessionResumeRequest, Topic
 
 LAST_MESSAGES = 30  # the topic's latest messages considered
-_VOCABULARY = msgspec.json.Decoder(dict[str, Any])
+_EXTRA = msgspec.json.Decoder(Extra)
 _FLAGS = msgspec.json.Decoder(list[str])
 
 
@@ -55,8 +55,8 @@ def chosen_topic(conn: apsw.Connection, agent: Agent, req: SessionResumeRequest)
             )
         return topic
     rows = conn.execute(
-        "SELECT id, profile FROM topics WHERE tenant = ? AND agent_id = ? AND session_id = ? "
-        "ORDER BY last_active_at DESC, last_position DESC",
+        "SELECT id, profile, recent FROM topics WHERE tenant = ? AND agent_id = ? "
+        "AND session_id = ? ORDER BY last_active_at DESC, last_position DESC",
         (*agent, req.session_id),
     ).fetchall()
     if not rows:
@@ -66,9 +66,9 @@ def chosen_topic(conn: apsw.Connection, agent: Agent, req: SessionResumeRequest)
         profiles = [
             TopicProfile(
                 topic_id=str(topic_id),
-                vocabulary=_VOCABULARY.decode(str(profile)).get("vocabulary", {}),
+                vocabulary=vocabulary_of(_EXTRA.decode(str(profile)), recent_of(str(recent))),
             )
-            for topic_id, profile in rows
+            for topic_id, profile, recent in rows
         ]
         found = resume_topic(req.query, profiles)
     found = found or active_topic(conn, agent, req.session_id) or str(rows[0][0])

@@ -18,7 +18,6 @@ stores.
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -30,7 +29,7 @@ from msgspec import UNSET, UnsetType
 from handlers.topics.assign import Incoming, assign
 from handlers.topics.extract import extract
 from handlers.topics.loops import LoopMessage, OpenLoop, advance
-from handlers.topics.profile import TopicProfile, updated
+from handlers.topics.profile import WINDOW, TopicProfile, folded, updated
 from handlers.topics.words import keyword_stems, too_short
 from schema.base import Agent
 from schema.errors import InvalidRequest
@@ -54,16 +53,44 @@ class Extra(msgspec.Struct, frozen=True, kw_only=True):
     """The parts of a profile assignment does not compare, kept as the `profile` column; and
     where the topic's text came from: `text_at`, the message count its stored built-in text was
     made at (handlers/topics/text.py), and `llm_titled`, the message count when the LLM's text
-    now on it was asked for (handlers/topics/titles.py), unset for the built-in text."""
+    now on it was asked for (handlers/topics/titles.py), unset for the built-in text.
+
+    `vocabulary` lacks the stems of the topic's last `unfolded` messages that had any: they are
+    the last `unfolded` windows of its `recent` column (`vocabulary_of` adds them). A store adds
+    its message's stems to the vocabulary only when WINDOW of them are waiting: decoding,
+    updating and encoding a vocabulary of up to VOCABULARY stems on every store was a sixth of
+    the store's topic step."""
 
     vocabulary: dict[str, int] = {}
     roles: dict[str, int] = {}
     text_at: int = 0
     llm_titled: int | UnsetType = UNSET
+    unfolded: int = 0
+
+
+class _Kept(msgspec.Struct, frozen=True, kw_only=True):
+    """The `profile` column as a store updates it: its vocabulary as the JSON it is, unless
+    it is due to be folded."""
+
+    vocabulary: msgspec.Raw = msgspec.Raw(b"{}")
+    roles: dict[str, int] = {}
+    text_at: int = 0
+    llm_titled: int | UnsetType = UNSET
+    unfolded: int = 0
+
+
+def vocabulary_of(extra: Extra, recent: tuple[tuple[str, ...], ...]) -> dict[str, int]:
+    """Every stem the topic has used (the most used VOCABULARY), as placing its messages one by
+    one left it: the `profile` column's vocabulary with the windows not yet folded into it."""
+    if not extra.unfolded:
+        return extra.vocabulary
+    return folded(extra.vocabulary, recent[max(0, len(recent) - extra.unfolded) :])
 
 
 _RECENT = msgspec.json.Decoder(list[list[str]])
 _EXTRA = msgspec.json.Decoder(Extra)
+_KEPT = msgspec.json.Decoder(_Kept)
+_VOCABULARY = msgspec.json.Decoder(dict[str, int])
 _LOOPS = msgspec.json.Decoder(list[OpenLoop])
 _ENCODE = msgspec.json.Encoder()
 
@@ -95,16 +122,38 @@ def active_topic(conn: apsw.Connection, agent: Agent, session_id: str) -> str | 
     return None if row is None or row[0] is None else str(row[0])
 
 
-def compared(conn: apsw.Connection, agent: Agent, session_id: str) -> list[TopicProfile]:
-    rows = conn.execute(
-        "SELECT id, recent, meaning FROM topics WHERE tenant = ? AND agent_id = ? "
+def compared(
+    conn: apsw.Connection, agent: Agent, session_id: str
+) -> tuple[list[TopicProfile], int | None]:
+    """The session's COMPARED most recently active topics, and the latest position of a
+    message of theirs (None: the session has no topic)."""
+    rows: list[Any] = conn.execute(
+        "SELECT id, recent, meaning, last_position FROM topics WHERE tenant = ? AND agent_id = ? "
         "AND session_id = ? ORDER BY last_active_at DESC, last_position DESC LIMIT ?",
         (*agent, session_id, COMPARED),
     ).fetchall()
-    return [
+    profiles = [
         TopicProfile(topic_id=str(topic_id), recent=recent_of(str(recent)), meaning=meaning_of(m))
-        for topic_id, recent, m in rows
+        for topic_id, recent, m, _ in rows
     ]
+    return profiles, max((int(row[3]) for row in rows), default=None)
+
+
+def latest_topic(
+    conn: apsw.Connection, agent: Agent, session_id: str, position: int | None
+) -> str | None:
+    """`active_topic`, read at `position` (the latest a topic of the session holds) when the
+    session has one message there or after (then it is the latest, whatever its topic): an
+    index seek without ORDER BY costs a third of the ordered one."""
+    if position is not None:
+        rows = conn.execute(
+            "SELECT topic_id FROM session_messages WHERE tenant = ? AND agent_id = ? "
+            "AND session_id = ? AND position >= ? LIMIT 2",
+            (*agent, session_id, position),
+        ).fetchall()
+        if len(rows) == 1:
+            return None if rows[0][0] is None else str(rows[0][0])
+    return active_topic(conn, agent, session_id)
 
 
 def topic_session(conn: apsw.Connection, agent: Agent, topic_id: str) -> str | None:
@@ -131,9 +180,12 @@ def choose(
                 f"topic `{named}` belongs to another session of agent `{agent[1]}` (at `$.topicId`)"
             )
         return TopicChoice(topic_id=named, reason="named", stems=list(keyword_stems(message.text)))
-    active = active_topic(conn, agent, session_id)
-    short = active is not None and too_short(keyword_stems(message.text))  # stays: nothing read
-    topics = [] if short else compared(conn, agent, session_id)
+    if too_short(keyword_stems(message.text)):  # stays in the active topic: nothing compared
+        active = active_topic(conn, agent, session_id)
+        topics = [] if active is not None else compared(conn, agent, session_id)[0]
+    else:
+        topics, latest = compared(conn, agent, session_id)
+        active = latest_topic(conn, agent, session_id, latest)
     found_assignment = assign(message, topics, active)
     topic_id = found_assignment.topic_id or str(uuid.uuid4())
     return TopicChoice(
@@ -206,18 +258,19 @@ def _write_topic(
     if current is None:
         return _insert_topic(conn, agent, session_id, choice, m, position)
     recent, meaning, extra_json, loops_json, count, first_at, last_at = current
-    extra = _EXTRA.decode(extra_json)
+    extra = _KEPT.decode(extra_json)
     profile = TopicProfile(
-        topic_id=choice.topic_id,
-        recent=recent_of(str(recent)),
-        vocabulary=extra.vocabulary,
-        meaning=meaning_of(meaning),
+        topic_id=choice.topic_id, recent=recent_of(str(recent)), meaning=meaning_of(meaning)
     )
     profile = updated(profile, tuple(choice.stems), m.vector)
-    roles = Counter(extra.roles)
-    roles[m.role] += 1
+    vocabulary, unfolded = extra.vocabulary, extra.unfolded + (1 if choice.stems else 0)
+    if unfolded >= WINDOW:  # the window holds exactly the messages waiting
+        words = folded(_VOCABULARY.decode(vocabulary), profile.recent[-unfolded:])
+        vocabulary, unfolded = msgspec.Raw(_ENCODE.encode(words)), 0
+    roles = dict(extra.roles)
+    roles[m.role] = roles.get(m.role, 0) + 1
     count = int(count) + 1
-    loops_was = _LOOPS.decode(loops_json)
+    loops_was = [] if loops_json == "[]" else _LOOPS.decode(loops_json)
     loops = advance(loops_was, LoopMessage(id=m.memory_id, role=m.role, text=m.text))[-MAX_LOOPS:]
     changes: dict[str, Any] = {}
     if loops != loops_was:
@@ -232,15 +285,18 @@ def _write_topic(
         "last_active_at": max(m.timestamp, int(last_at)),
         "last_position": position,
         "profile": _ENCODE.encode(
-            msgspec.structs.replace(extra, vocabulary=profile.vocabulary, roles=dict(roles))
+            msgspec.structs.replace(extra, vocabulary=vocabulary, roles=roles, unfolded=unfolded)
         ).decode(),
     }
-    conn.execute(
-        f"UPDATE topics SET {', '.join(f'{column} = ?' for column in changes)} "
-        "WHERE tenant = ? AND agent_id = ? AND id = ?",
-        (*changes.values(), *agent, choice.topic_id),
-    )
+    conn.execute(_update_sql(tuple(changes)), (*changes.values(), *agent, choice.topic_id))
     return count
+
+
+@lru_cache(maxsize=16)
+def _update_sql(columns: tuple[str, ...]) -> str:
+    """The UPDATE of a topic row's `columns` (a few sets of them occur)."""
+    sets = ", ".join(f"{column} = ?" for column in columns)
+    return f"UPDATE topics SET {sets} WHERE tenant = ? AND agent_id = ? AND id = ?"
 
 
 def _meaning_column(profile: TopicProfile) -> bytes | None:
