@@ -67,6 +67,8 @@ async def test_damage_met_at_run_time_fails_check_and_shows_in_stats(
     healthy = await asyncio.to_thread(cli, "check", "--nats-url", nats_url)
     assert healthy.returncode == Exit.OK, healthy.stderr
     damage_table(worker.config.db_path, "memories")
+    # memory::stats counts memories through the primary key's index, not the table's pages.
+    damage_table(worker.config.db_path, "sqlite_autoindex_memories_1")
 
     reply = await client.call("memory::recall", {"agentId": "b", "query": "note"})
     assert reply.code == "500"
@@ -80,7 +82,7 @@ async def test_damage_met_at_run_time_fails_check_and_shows_in_stats(
     stats = await client.ok("memory::stats")
     assert stats["health"] == "corrupt"
     assert stats["healthReason"].startswith("memory::recall: CorruptError: ")
-    assert stats["memories"] is None  # not counted through the damaged page, yet an answer
+    assert stats["memories"] is None  # not counted through the damaged index, yet an answer
     table = await asyncio.to_thread(cli, "stats", "--nats-url", nats_url)
     assert table.returncode == 0, table.stderr
     assert table.stdout.splitlines()[0].startswith("health                       corrupt: ")
