@@ -95,10 +95,8 @@ def quiet_logs() -> None:
 def captured_logs() -> Iterator[list[MutableMapping[str, Any]]]:
     """Every event the worker logs at info level and above, as dicts, during the test."""
     configure_logging("info", "console")
-    # With the context vars merged, as the worker's own processors do (worker/logs.py).
-    with structlog.testing.capture_logs(
-        processors=[merge_request, structlog.contextvars.merge_contextvars]
-    ) as logs:
+    # With the request's keys merged, as the worker's own processors do (worker/logs.py).
+    with structlog.testing.capture_logs(processors=[merge_request]) as logs:
         yield logs
     configure_logging("warning", "console")
 

@@ -92,18 +92,13 @@ async def summarise(nc: Any, config: Config, chunks: list[str]) -> str | None:
     return "\n\n".join(answers)
 
 
-async def answer(nc: Any, config: Config, system: str, text: str, purpose: str) -> str | None:
-    """The LLM's answer to one request (timeout `llm_timeout`), or None when it gives none;
-    then `llm.fallback` says why, with `purpose` (what the answer was for)."""
-    said = await attempt(nc, config, system, text, purpose)
-    return said if isinstance(said, str) else None
-
-
 async def attempt(
     nc: Any, config: Config, system: str, text: str, purpose: str
 ) -> str | Fallback | None:
-    """As `answer`, but a request the LLM service could not take says why (a Fallback), so a
-    caller can stop asking a bus that has no LLM service on it."""
+    """The LLM's answer to one request (timeout `llm_timeout`); a Fallback saying why when it
+    gave none (then `llm.fallback` says why too, with `purpose`: what the answer was for), so a
+    caller can stop asking a bus that has no LLM service on it; None when the call failed
+    otherwise (the worker stopping, or anything unforeseen)."""
     try:
         return await _complete(nc, config, text, system)
     except Fallback as fallback:

@@ -58,7 +58,6 @@ def configure_logging(
     structlog.configure(
         processors=[
             merge_request,
-            structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
