@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from handlers.recall.keywords import KeywordMode
+from worker.access_counts import AccessCounts
 from worker.config import Config
 from worker.embedders import Embedder
 from worker.readers import Readers
@@ -65,6 +66,8 @@ class Services:
     backfill: Backfilling | None = None
     clock: Callable[[], int] = wall_clock_ms
     background: set[asyncio.Task[Any]] = field(default_factory=set)
+    # Recalls' access counts not yet written, gathered for a moment (worker/access_counts.py).
+    accesses: AccessCounts = field(default_factory=AccessCounts)
     recalls_first: RecallsFirst = field(default_factory=RecallsFirst)
     # The app's telemetry (built before these services): what memory::stats and the
     # maintenance report read and write; dispatch, the scheduler and metrics get it directly.

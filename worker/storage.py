@@ -219,6 +219,7 @@ class Storage:
     async def _wait_background(self) -> None:
         if self.services is not None:
             self.services.titler.cancel(self.services)  # an LLM's answer is not waited for
+            self.services.accesses.hurry()  # the access counts held, written now
         if self.services is not None and self.services.background:
             await asyncio.wait(set(self.services.background), timeout=DRAIN_SECONDS)
 

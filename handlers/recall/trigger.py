@@ -56,13 +56,13 @@ def check_recall(req: RecallRequest, max_query_bytes: int) -> None:
 
 
 def record_access(
-    conn: apsw.Connection, tenant: str, agent_id: str, memory_ids: list[str], *, now: int
+    conn: apsw.Connection, tenant: str, agent_id: str, accesses: list[tuple[str, int, int]]
 ) -> None:
-    """Persist one access of each memory a recall returned."""
+    """Persist recalls' accesses, given as (memory id, accesses, the latest one's time)."""
     conn.executemany(
-        "UPDATE memories SET access_count = access_count + 1, "
+        "UPDATE memories SET access_count = access_count + ?, "
         "last_accessed = max(last_accessed, ?) WHERE tenant = ? AND agent_id = ? AND id = ?",
-        [(now, tenant, agent_id, memory_id) for memory_id in memory_ids],
+        [(count, at, tenant, agent_id, memory_id) for memory_id, count, at in accesses],
     )
 
 

@@ -23,7 +23,7 @@ def one_each(conn: apsw.Connection) -> dict[str, str]:
 def test_recalls_access_count_touches_only_its_tenants_rows(conn: apsw.Connection) -> None:
     ids = one_each(conn)
     with conn:
-        record_access(conn, "B", "a", [ids["A"], ids["B"]], now=NOW)
+        record_access(conn, "B", "a", [(ids["A"], 1, NOW), (ids["B"], 1, NOW)])
     counts = dict(rows(conn, "SELECT tenant, access_count FROM memories"))
     assert counts == {"A": 0, "B": 1}
 

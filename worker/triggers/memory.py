@@ -8,12 +8,12 @@ to the backfill (worker/recall_index/backfill.py), so that a burst of stores doe
 Recall and context are flows: they await the query's embedding, rank a snapshot of the agent's
 columns on a reader thread (or, when that is short and no reader is busy, on the event loop
 itself: `HERE_ROWS`), and reply without waiting for the writer: the access counts are persisted
-by a non-durable write that follows (at most one batch behind).
+by a non-durable write that follows, gathered with the other recalls' of the next moment
+(worker/access_counts.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import apsw
@@ -32,6 +32,7 @@ from schema.base import agent_of, tenant_of
 from schema.context import ContextReply, ContextRequest
 from schema.life import UpdateReply, UpdateRequest
 from schema.memory import RecallReply, RecallRequest, StoreReply, StoreRequest
+from worker.access_counts import Accessed
 from worker.embedders import Vector
 from worker.payload import reply_budget, too_large
 from worker.recall_index.view import Snapshot
@@ -107,19 +108,10 @@ def _recall(
     return msgspec.structs.replace(reply, pinned=pinned), now
 
 
-class Accessed(msgspec.Struct, frozen=True):
-    """The memories a recall returned, counted as accessed at its time."""
-
-    tenant: str
-    agent_id: str
-    ids: list[str]
-    at: int
-
-
 ACCESS: Write[Accessed, None] = Write(
     decision=Accessed,
     decide=lambda conn, accessed, now, _: accessed,
-    apply=lambda conn, a: recall_handler.record_access(conn, a.tenant, a.agent_id, a.ids, now=a.at),
+    apply=lambda conn, a: recall_handler.record_access(conn, a.tenant, a.agent_id, a.each()),
     reply=lambda accessed, _: None,
     changes=lambda accessed, _: (),
 )
@@ -181,9 +173,11 @@ def _short(
 
 def _count_access(s: Services, accessed: Accessed | None) -> None:
     if accessed is not None:
-        persist = asyncio.create_task(commit(s, "memory::recall", ACCESS, accessed, durable=False))
-        s.background.add(persist)
-        persist.add_done_callback(s.background.discard)
+        s.accesses.add(accessed, lambda batch: _write_access(s, batch), s.background)
+
+
+async def _write_access(s: Services, accessed: Accessed) -> None:
+    await commit(s, "memory::recall", ACCESS, accessed, durable=False)
 
 
 async def context(s: Services, req: ContextRequest) -> ContextReply:
