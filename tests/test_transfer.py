@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import io
 import sys
 from pathlib import Path
@@ -581,6 +582,8 @@ async def test_recall_after_export_and_import_is_the_same(nats_url: str, tmp_pat
                 )  # fmt: skip
         await client.ok("memory::consolidate", {"decayRate": 0.25})
         await recall_all(client)  # counters that must travel
+        assert first.services is not None  # their write follows the replies (access_counts.py)
+        await asyncio.gather(*first.services.background)
         conn = open_db(tmp_path / "one.db")
         data = export_bytes(conn)  # while the worker runs
         conn.close()
