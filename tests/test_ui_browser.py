@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.wait import WebDriverWait
@@ -83,7 +83,11 @@ class Visit:
         """Click, wait for the next page to replace this one, and check it."""
         page = self.driver.find_element(By.TAG_NAME, "html")
         element.click()
-        WebDriverWait(self.driver, 20).until(staleness_of(page))
+        # Chromium may answer a look at the old page, while the new one replaces it, with an
+        # inspector error ("Node with given id does not belong to the document") rather than a
+        # stale element: both say the page is going; the next look sees it gone.
+        wait = WebDriverWait(self.driver, 20, ignored_exceptions=(WebDriverException,))
+        wait.until(staleness_of(page))
         self.check()
 
     def text(self) -> str:
