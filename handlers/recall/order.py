@@ -53,22 +53,25 @@ def top_pool(
     by_id: bool = True,
 ) -> Pool:
     """The first `limit` of the candidates (slots) by score, newer timestamp, then ascending
-    id, without those below `minScore`. Without `by_id` the memories equal on score and
-    timestamp are left in the candidates' order, except those at the cut, which are taken by
-    id: the same memories, in an order a caller sorting on its own keys (expand.py) completes,
-    without reading the ids of the ties inside (most of a long pool of memories stored at the
-    same millisecond)."""
+    id, without those below `minScore`. Without `by_id`, the same memories for a caller that
+    orders them on its own keys (expand.py): in no particular order when no tie straddles the
+    cut (no sort at all), else with the memories equal on score and timestamp left in the
+    candidates' order but those at the cut, taken by id (the ids of the ties inside, most of a
+    long pool of memories stored at the same millisecond, are not read)."""
     if len(candidates) > req.limit:
         kth = np.partition(score, len(score) - req.limit)[len(score) - req.limit]
         keep = score >= kth  # every row tied with the k-th competes on the tie-breaks
         candidates, score = candidates[keep], score[keep]
-    timestamp = columns.timestamp[candidates]
-    order = np.lexsort((-timestamp, -score))
-    places = first_by_id(
-        columns, candidates[order], (score[order], timestamp[order]), req.limit, every=by_id
-    )
-    chosen = order[places]
-    slots, values = candidates[chosen].astype(np.int64, copy=False), score[chosen]
+    if not by_id and len(candidates) <= req.limit:  # no tie at the cut: the members will do
+        slots, values = candidates.astype(np.int64, copy=False), score
+    else:
+        timestamp = columns.timestamp[candidates]
+        order = np.lexsort((-timestamp, -score))
+        places = first_by_id(
+            columns, candidates[order], (score[order], timestamp[order]), req.limit, every=by_id
+        )
+        chosen = order[places]
+        slots, values = candidates[chosen].astype(np.int64, copy=False), score[chosen]
     above = values >= (-1.0 if req.min_score is UNSET else req.min_score)
     if not above.all():
         slots, values = slots[above], values[above]

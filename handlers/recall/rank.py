@@ -93,8 +93,8 @@ def rank_pool(
     Without a usable query vector a large agent is ranked by topk.py, which scores
     only the memories that can still win; `all_pool` scores every one (and is its reference).
     `terms`: the query's `keyword_weights`, when the caller has them (they are found once).
-    Without `by_id`, memories equal on score and timestamp may come in any order but by id
-    (order.py `top_of`): the same memories, for a caller that orders them itself."""
+    Without `by_id`, the same memories in any order (order.py `top_pool`), for a caller that
+    orders them itself."""
     rows = columns.rows
     bounds = columns.bounds
     if terms is None:
