@@ -38,6 +38,8 @@ from schema.memory import RecallRequest
 # Two memories without a session are neighbours only if stored this close in time: a chat's turns
 # are seconds to minutes apart, while memories an agent saves on different days are not one topic.
 SESSIONLESS_GAP_MS = 3_600_000
+# Up to this many rows, the pool's keyword shares come from one pass over each posting.
+WHOLE_SHARE_ROWS = 32_768
 # The keyword term's weight in the contract's formula (formula.py `scores`).
 FORMULA_KEYWORD_WEIGHT = 0.25
 
@@ -110,7 +112,8 @@ def expanded_rows(
         return []
     score = formula
     if expansion.keyword != FORMULA_KEYWORD_WEIGHT:
-        score = formula + (expansion.keyword - FORMULA_KEYWORD_WEIGHT) * keyword_share(terms, slots)
+        share = keyword_share(terms, slots, columns.rows)
+        score = formula + (expansion.keyword - FORMULA_KEYWORD_WEIGHT) * share
     lifted = neighbour_scores(
         columns, slots, score, expansion, among=contenders(score, expansion.lift, req.limit)
     )
@@ -126,8 +129,20 @@ def expanded_rows(
     return [(slot, score) for slot, score in kept if score >= floor]
 
 
-def keyword_share(terms: Terms, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-    """Each slot's keyword term before its weight (0 to 1), as the formula counts it."""
+def keyword_share(
+    terms: Terms, slots: npt.NDArray[np.int64], rows: int | None = None
+) -> npt.NDArray[np.float64]:
+    """Each slot's keyword term before its weight (0 to 1), as the formula counts it: the same
+    additions in the same order either way. An agent of at most WHOLE_SHARE_ROWS `rows` adds
+    each posting to a column of all its rows at once (40 us against 78 for binary searches of
+    the pool's 500 at 20 000 memories); a larger one, or without `rows`, searches."""
+    if rows is not None and rows <= WHOLE_SHARE_ROWS:
+        whole = np.zeros(rows, dtype=np.float64)
+        for posting, weight, _ in terms:
+            if posting is not None:  # cut at the snapshot's rows (keywords.py)
+                np.add.at(whole, posting, weight)
+        found: npt.NDArray[np.float64] = whole[slots]
+        return found
     by_slot = np.argsort(slots)
     ascending = slots[by_slot]
     share = np.zeros(len(slots), dtype=np.float64)
