@@ -81,6 +81,9 @@ class Columns:
     vector_rows: Callable[[str, npt.NDArray[np.int64]], npt.NDArray[np.float32]] | None = None
     # `static` and `growth` as float32, where the index keeps them for the codes path's estimate.
     estimates: tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]] | None = None
+    # Where each slot's run of memories stored as they were said begins (runs.py), where the
+    # index keeps them; None: the expanded mode finds them itself.
+    runs: npt.NDArray[np.int32] | None = None
 
 
 def canonical_json(value: Any) -> str:

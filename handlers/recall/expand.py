@@ -17,7 +17,6 @@ database, clock or bus: a pure function of the columns and the formula.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Unpack
 
@@ -30,6 +29,7 @@ from handlers.recall.columns import Columns
 from handlers.recall.keywords import Terms, keyword_weights
 from handlers.recall.order import Ranked, first_by_id, ids_of
 from handlers.recall.rank import RankOptions, rank_pool
+from handlers.recall.runs import runs_of
 from handlers.recall.slots import member
 from handlers.recall.vector_index import EXACT
 from handlers.text import query_keywords
@@ -192,53 +192,98 @@ def neighbour_scores(
     by_slot = np.argsort(slots)
     sorted_slots = slots[by_slot]
     # Only a memory with another pooled memory within reach can have a pooled neighbour.
-    close = np.diff(sorted_slots) <= reach
-    crowded = np.zeros(len(slots), dtype=np.bool_)
-    crowded[by_slot[:-1][close]] = True
-    crowded[by_slot[1:][close]] = True
+    close = sorted_slots[1:] - sorted_slots[:-1] <= reach
+    in_order = np.zeros(len(slots), dtype=np.bool_)
+    in_order[:-1] = close
+    in_order[1:] |= close
+    crowded = np.empty_like(in_order)
+    crowded[by_slot] = in_order
     busy = np.flatnonzero(crowded if among is None else crowded & among)
     lifted = score.copy()
     if len(busy) == 0:
         return lifted
+    rows = columns.rows
+    runs = columns.runs
+    if runs is None:
+        runs = runs_of(columns.live, columns.session, columns.timestamp, rows)
     centre = slots[busy]
-    start, own, window = _windows(columns.rows, centre, reach)
-    line = np.arange(len(busy))
-    session, timestamp = window(columns.session), window(columns.timestamp)
-    live = window(columns.live)
-    own_session, own_time = session[line, own], timestamp[line, own]
-    width = session.shape[1]
+    width = min(2 * reach + 1, rows)  # moved inside the agent where it would pass an end
+    start = np.minimum(np.maximum(centre - reach, 0), rows - width)
+    end = start + (width - 1)
     # A window all of the memory's conversation, every memory live and in time order (stored
-    # as they were said) is in its own order; only the others are sorted. (A window moved
-    # inside the agent holds more than the memory's reach: if all of it is, its reach is.)
-    plain = (timestamp[:, 1:] >= timestamp[:, :-1]).all(axis=1)
-    plain &= live.all(axis=1) & (session == own_session[:, None]).all(axis=1)
-    plain &= (own_session >= 0) | (
-        (timestamp[:, -1] - own_time <= SESSIONLESS_GAP_MS)
-        & (own_time - timestamp[:, 0] <= SESSIONLESS_GAP_MS)
+    # as they were said: one run, runs.py) is in its own order: its neighbours are the slots
+    # next to it. (A window moved inside the agent holds more than the memory's reach: if all
+    # of it is, its reach is.) Only the others are sorted.
+    plain = runs[end] <= start
+    own_time = columns.timestamp[centre]
+    plain &= (columns.session[centre] >= 0) | (
+        (columns.timestamp[end] - own_time <= SESSIONLESS_GAP_MS)
+        & (own_time - columns.timestamp[start] <= SESSIONLESS_GAP_MS)
     )
-    turns = np.arange(1, min(expansion.turns, width - 1) + 1)
-    steps = np.concatenate([-turns, turns])[None, :]
-    place = own[:, None] + steps
-    cell = np.clip(place, 0, width - 1)
-    # A window moved inside the agent holds slots past the memory's reach: never neighbours.
-    near = (place >= 0) & (place < width) & (np.abs(steps) <= reach)
+    turns = min(expansion.turns, width - 1)
+    lead = np.zeros(len(slots), dtype=np.float64)
+    if plain.any():
+        lead[by_slot] = _next_leads(sorted_slots, score[by_slot], min(turns, reach))
     mixed = np.flatnonzero(~plain)
     if len(mixed):
-        together = _together(session[mixed], timestamp[mixed], live[mixed], own[mixed], reach)
-        key = np.where(together, timestamp[mixed], np.iinfo(np.int64).max)
-        order = np.argsort(key, axis=1, kind="stable")
-        at = np.argmax(order == own[mixed, None], axis=1)
-        moved = at[:, None] + steps
-        inner = np.arange(len(mixed))[:, None]
-        cell[mixed] = order[inner, np.clip(moved, 0, width - 1)]
-        near[mixed] = (moved >= 0) & (moved < width) & together[inner, cell[mixed]]
-        near[mixed] &= together[inner[:, 0], own[mixed]][:, None]  # deleted since: none
+        lead[busy[mixed]] = _window_leads(
+            columns, (slots, by_slot, sorted_slots), score, busy[mixed], start[mixed], reach, turns
+        )
+    lifted[busy] += expansion.lift * lead[busy]
+    return lifted
+
+
+def _next_leads(
+    sorted_slots: npt.NDArray[np.int64], sorted_score: npt.NDArray[np.float64], turns: int
+) -> npt.NDArray[np.float64]:
+    """Each pooled memory's largest lead over it (at least 0) of a pooled memory at most
+    `turns` slots away, the pool in slot order: its neighbours, where its window is plain."""
+    lead = np.zeros(len(sorted_slots), dtype=np.float64)
+    for apart in range(1, min(turns, len(sorted_slots) - 1) + 1):
+        # Slots are distinct, so a memory `turns` slots away is at most `turns` places away.
+        near = sorted_slots[apart:] - sorted_slots[:-apart] <= turns
+        later = np.where(near, sorted_score[apart:] - sorted_score[:-apart], 0.0)
+        np.maximum(lead[:-apart], later, out=lead[:-apart])
+        earlier = np.where(near, sorted_score[:-apart] - sorted_score[apart:], 0.0)
+        np.maximum(lead[apart:], earlier, out=lead[apart:])
+    return lead
+
+
+def _window_leads(
+    columns: Columns,
+    pool: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]],
+    score: npt.NDArray[np.float64],
+    busy: npt.NDArray[np.int64],
+    start: npt.NDArray[np.int64],
+    reach: int,
+    turns: int,
+) -> npt.NDArray[np.float64]:
+    """The largest lead over each `busy` memory (at least 0) of its neighbours in the pool
+    (`pool`: slots, their order by slot, and the slots in that order), from its window of
+    slots from `start` sorted by (timestamp, slot), the other conversations' memories last."""
+    slots, by_slot, sorted_slots = pool
+    rows = columns.rows
+    width = min(2 * reach + 1, rows)
+    own = slots[busy] - start
+    timestamp = _window(columns.timestamp, rows, width, start)
+    session = _window(columns.session, rows, width, start)
+    live = _window(columns.live, rows, width, start)
+    together = _together(session, timestamp, live, own, reach)
+    key = np.where(together, timestamp, np.iinfo(np.int64).max)
+    order = np.argsort(key, axis=1, kind="stable")
+    at = np.argmax(order == own[:, None], axis=1)
+    steps = np.arange(1, turns + 1)
+    moved = at[:, None] + np.concatenate([-steps, steps])[None, :]
+    inner = np.arange(len(busy))[:, None]
+    cell = order[inner, np.clip(moved, 0, width - 1)]
+    near = (moved >= 0) & (moved < width) & together[inner, cell]
+    near &= together[inner[:, 0], own][:, None]  # deleted since: none
     other = start[:, None] + cell
     found = by_slot[np.clip(np.searchsorted(sorted_slots, other), 0, len(slots) - 1)]
     near &= slots[found] == other
     lead = np.where(near, score[found] - score[busy, None], 0.0).max(axis=1)
-    lifted[busy] += expansion.lift * np.maximum(lead, 0.0)
-    return lifted
+    found_lead: npt.NDArray[np.float64] = np.maximum(lead, 0.0)
+    return found_lead
 
 
 def _together(
@@ -260,22 +305,12 @@ def _together(
     return together
 
 
-Window = Callable[[npt.NDArray[Any]], npt.NDArray[Any]]
-
-
-def _windows(
-    rows: int, centre: npt.NDArray[np.int64], reach: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], Window]:
-    """Each centre's window of `2 * reach + 1` slots, moved inside the agent where it would
-    pass an end (an agent smaller than that: all of it): its first slot, the centre's place in
-    it, and a function gathering a column's values over every window (one row each)."""
-    width = min(2 * reach + 1, rows)
-    start = np.clip(centre - reach, 0, rows - width)
-
-    def window(column: npt.NDArray[Any]) -> npt.NDArray[Any]:
-        view = np.lib.stride_tricks.as_strided(
-            column, (rows - width + 1, width), (column.strides[0],) * 2, writeable=False
-        )
-        return view[start]
-
-    return start, centre - start, window
+def _window(
+    column: npt.NDArray[Any], rows: int, width: int, start: npt.NDArray[np.int64]
+) -> npt.NDArray[Any]:
+    """The column's values over the `width` slots from each of `start` (one row each)."""
+    view = np.lib.stride_tricks.as_strided(
+        column, (rows - width + 1, width), (column.strides[0],) * 2, writeable=False
+    )
+    found: npt.NDArray[Any] = view[start]
+    return found

@@ -25,6 +25,7 @@ import numpy.typing as npt
 from handlers.recall.block_bounds import BlockBounds
 from handlers.recall.codes import sign_codes, words_for
 from handlers.recall.columns import ROLE_CODES, Columns, canonical_json, growth, static_part
+from handlers.recall.runs import relink, run_at, runs_of
 from handlers.taxonomy import CATEGORY_CODES, SENSITIVITY_CODES, string_list
 from handlers.text import tokens
 from worker.recall_index.changes import Mark
@@ -50,9 +51,9 @@ COLUMNS = {
     "pinned": np.bool_, "category": np.int8, "sensitivity": np.int8,
 }  # fmt: skip
 # Bytes of an agent's Python objects beside its arrays' data (some 60 arrays' headers, the
-# lookups' and lists' objects, dicts): 10 KB measured with tracemalloc for an agent of one
+# lookups' and lists' objects, dicts): 11.6 KB measured with tracemalloc for an agent of one
 # memory (tests/test_index_memory.py checks the accounting against tracemalloc).
-OVERHEAD = 12_000
+OVERHEAD = 14_000
 
 
 def words(row: Row) -> set[str]:
@@ -114,6 +115,8 @@ class AgentIndex:
         self.file_rows: dict[str, FileRows] = {}
         # The prior's bounds per block of slots, for the ranking without a query vector.
         self.bounds = BlockBounds()
+        # Where each slot's run begins (runs.py), kept in step with live, session and timestamp.
+        self.runs = np.zeros(capacity, dtype=np.int32)
         # Rows below this may be in the agent's snapshot on disk (a removal of one is
         # rewritten out of it: worker/recall_index/saver.py).
         self.disk_rows = 0
@@ -156,6 +159,7 @@ class AgentIndex:
             flags = np.zeros(capacity, dtype=np.bool_)
             flags[: len(self.has_vector[model])] = self.has_vector[model]
             self.has_vector[model] = flags
+        self.runs = np.concatenate([self.runs, np.zeros(capacity - len(self.runs), np.int32)])
         for model, codes in (self.codes or {}).items():
             wider = np.zeros((codes.shape[0], capacity), dtype=np.uint64)
             wider[:, : codes.shape[1]] = codes
@@ -174,7 +178,7 @@ class AgentIndex:
         metadata: dict[str, array[int]] = {}
         codes, self.codes = self.codes, None  # made at the end, all at once
         for row in rows:
-            at = self._place(row, new=True)
+            at = self._place(row, new=True, linked=False)  # the runs: made at the end
             if at is None:
                 continue
             # get, then create: setdefault(token, array("i")) made an array per occurrence,
@@ -200,10 +204,11 @@ class AgentIndex:
         self.rebuild_bounds()
 
     def rebuild_bounds(self) -> None:
-        """The prior's bounds per block, over every row, and the float32 estimates where codes
-        are kept (after a load or opening a snapshot, whose codes are settled by then)."""
+        """The prior's bounds per block and the runs, over every row, and the float32 estimates
+        where codes are kept (after a load or opening a snapshot, whose codes are settled)."""
         get = self.column
         self.bounds.rebuild(get("static"), get("growth"), get("timestamp"), len(self.ids))
+        self.runs = runs_of(self.live, self.session, self.timestamp, len(self.ids), self.capacity())
         self.estimates = None
         if self.codes is not None:
             rows = len(self.ids)
@@ -246,13 +251,15 @@ class AgentIndex:
         live = self.column("live")
         return next((at for at in self.ids.slots(memory_id) if live[at]), None)
 
-    def _place(self, row: Row, *, new: bool = False) -> int | None:
+    def _place(self, row: Row, *, new: bool = False, linked: bool = True) -> int | None:
         """Set the row's columns; the slot of a new memory, whose lists the caller adds (None:
-        a memory already here, rescored). `new`: the caller knows it is not here (a load)."""
+        a memory already here, rescored). `new`: the caller knows it is not here (a load);
+        not `linked`: the caller makes the runs afterwards."""
         memory_id, role, session_id, timestamp, importance, confidence = row[:6]
         existing = None if new else self.slot_of(memory_id)
         if existing is not None:
             self._set_scores(existing, timestamp, importance, confidence)
+            relink(self.runs, self.live, self.session, self.timestamp, len(self.ids), existing)
             self._set_vector(existing, row[6], row[7])
             return None
         at = len(self.ids)
@@ -267,6 +274,8 @@ class AgentIndex:
         self.sensitivity[at] = SENSITIVITY_CODES[row[14]]
         self.live[at] = True
         self.live_count += 1
+        if linked:
+            self.runs[at] = run_at(self.runs, self.live, self.session, self.timestamp, at)
         self.ids.append(memory_id)  # last: a snapshot's `rows` counts it from now on
         return at
 
@@ -319,6 +328,7 @@ class AgentIndex:
         if at is None:
             return False
         self.column("live")[at] = False
+        relink(self.runs, self.live, self.session, self.timestamp, len(self.ids), at)
         self.access.pop(at, None)
         self.dead += 1
         self.live_count -= 1
@@ -354,6 +364,7 @@ class AgentIndex:
             bounds=self.bounds,
             vector_rows=self.vector_rows if self.file_rows else None,
             estimates=self.estimates,
+            runs=self.runs,
         )
 
     def vector_rows(self, model: str, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
@@ -368,6 +379,7 @@ class AgentIndex:
         yield from self.has_vector.values()
         yield from (self.codes or {}).values()
         yield from self.estimates or ()
+        yield self.runs
         yield from (getattr(self.bounds, name) for name in self.bounds.NAMES)
         yield from self.ids.base.arrays().values()
         yield from self.session_codes.base.arrays().values()
