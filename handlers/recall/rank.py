@@ -170,14 +170,14 @@ def all_pool(
             return EMPTY
         if terms is None:
             terms = keyword_weights(columns, query_keywords(req.query), keyword_mode)
-        candidates, score = shortlist_scores(
+        shortlist, score = shortlist_scores(
             columns, terms, eligible, now=now, query_vector=query_vector,
             candidates=vector_index.candidates, keyword_weight=vector_index.keyword_weight,
         )  # fmt: skip
-        return top_pool(columns, candidates, score, req, by_id=by_id)
+        return top_pool(columns, shortlist, score, req, by_id=by_id)
     every = bool(eligible.all())  # then every row's score as it is, not a copy of it
-    candidates = np.arange(rows) if every else np.flatnonzero(eligible)
-    if len(candidates) == 0:
+    candidates = None if every else np.flatnonzero(eligible)
+    if candidates is not None and len(candidates) == 0:
         return EMPTY
     score = scores(
         columns,
@@ -187,4 +187,5 @@ def all_pool(
         keyword_mode=keyword_mode,
         terms=terms,
     )
-    return top_pool(columns, candidates, score if every else score[candidates], req, by_id=by_id)
+    found = score if candidates is None else score[candidates]
+    return top_pool(columns, candidates, found, req, by_id=by_id)
