@@ -27,7 +27,7 @@ from msgspec import UNSET
 
 from handlers.recall.columns import Columns
 from handlers.recall.keywords import Terms, keyword_weights
-from handlers.recall.order import Ranked, first_by_id, ids_of
+from handlers.recall.order import Ranked, at_least_kth, first_by_id, ids_of
 from handlers.recall.rank import RankOptions, rank_pool
 from handlers.recall.runs import runs_of
 from handlers.recall.slots import member
@@ -118,8 +118,12 @@ def expanded_rows(
         columns, slots, score, expansion, among=contenders(score, expansion.lift, req.limit)
     )
     timestamp = columns.timestamp[slots]
-    # By the stage score, then newer; ties keep the formula's order (its score, newer, then id).
-    order = np.lexsort((-formula, -timestamp, -lifted))
+    # By the stage score, then newer; ties keep the formula's order (its score, newer, then id):
+    # only those at least the `limit`-th best stage score can be in the top (NaN sorts last).
+    top = np.arange(len(slots))
+    if len(slots) > req.limit and not np.isnan(lifted).any():
+        top = at_least_kth(lifted, req.limit)
+    order = top[np.lexsort((-formula[top], -timestamp[top], -lifted[top]))]
     keys = (lifted[order], timestamp[order], formula[order])
     chosen = order[first_by_id(columns, slots[order], keys, req.limit)]
     # Scaled after ranking: a division could round two close scores into a tie.
