@@ -71,7 +71,10 @@ def keyword_weights(columns: Columns, keywords: list[str], mode: KeywordMode) ->
     rows = columns.rows
     # The bound in the posting's own type: numpy would copy the posting to a Python int's.
     postings = [
-        None if p is None else p[: int(np.searchsorted(p, p.dtype.type(rows)))] for p in found
+        p
+        if p is None or len(p) == 0 or p[-1] < rows  # no slot appended since: as it is
+        else p[: int(np.searchsorted(p, p.dtype.type(rows)))]
+        for p in found
     ]
     if mode == "share":
         weights = [1.0] * len(postings)
