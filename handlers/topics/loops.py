@@ -60,7 +60,7 @@ BARE_DONE = re.compile(r"^\W*(?:all )?(?:done|finished|sorted|did it)\W*$", re.I
 def has_cue(text: str) -> bool:
     """Whether CUE is in the text."""
     folded = text.casefold().replace("i\u0307", "i").replace("\u0131", "i")
-    return any(word in folded for word in CUE_WORDS) and CUE.search(text) is not None
+    return any(map(folded.__contains__, CUE_WORDS)) and CUE.search(text) is not None
 
 
 class OpenLoop(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
