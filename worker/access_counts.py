@@ -12,6 +12,7 @@ is the latest of them. A crash loses at most that moment's increments; they were
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -69,7 +70,10 @@ class AccessCounts:
         if self._flush is None:
             loop = asyncio.get_running_loop()
             self._wake = loop.create_future()
-            self._flush = task = loop.create_task(self._written(write, self._wake))
+            # A context of its own: the write gathers many calls' accesses and is none of them
+            # (not the first recall's call, nor its log keys).
+            written = self._written(write, self._wake)
+            self._flush = task = loop.create_task(written, context=contextvars.Context())
             background.add(task)
             task.add_done_callback(background.discard)
 

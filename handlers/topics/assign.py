@@ -93,7 +93,7 @@ def direction_of(vector: tuple[float, ...] | None) -> Direction | None:
 def score(stems: tuple[str, ...], direction: Direction | None, topic: TopicProfile) -> float:
     """The message's closeness to the topic, 0-1."""
     words = topic.recent_stems()
-    shared = sum(1 for stem in stems if stem in words) / len(stems) if stems else 0.0
+    shared = len(words.intersection(stems)) / len(stems) if stems else 0.0  # stems: distinct
     if direction is None or topic.meaning is None or len(direction) != len(topic.meaning):
         return shared
     return (shared + meaning_score(direction, topic.meaning)) / 2

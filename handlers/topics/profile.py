@@ -27,9 +27,11 @@ class TopicProfile(msgspec.Struct, frozen=True, kw_only=True):
     recent: tuple[tuple[str, ...], ...] = ()
     vocabulary: dict[str, int] = {}
     meaning: tuple[float, ...] | None = None
+    # The stems of `recent` when the caller has them (read with it: handlers/topics/stored.py).
+    words: frozenset[str] | None = None
 
     def recent_stems(self) -> frozenset[str]:
-        return words_of(self.recent)
+        return words_of(self.recent) if self.words is None else self.words
 
 
 @lru_cache(maxsize=4096)

@@ -29,7 +29,7 @@ from msgspec import UNSET, UnsetType
 from handlers.topics.assign import Incoming, assign
 from handlers.topics.extract import extract
 from handlers.topics.loops import LoopMessage, OpenLoop, advance
-from handlers.topics.profile import WINDOW, TopicProfile, folded, updated
+from handlers.topics.profile import WINDOW, TopicProfile, folded, updated, words_of
 from handlers.topics.words import keyword_stems, too_short
 from schema.base import Agent
 from schema.errors import InvalidRequest
@@ -112,6 +112,13 @@ def recent_of(column: str) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(stems) for stems in _RECENT.decode(column))
 
 
+@lru_cache(maxsize=4096)
+def words_in(column: str) -> frozenset[str]:
+    """Every stem of the `recent` column's windows: looked up by the column's text, which
+    hashes once, where the windows' tuple of tuples hashes again at every look."""
+    return words_of(recent_of(column))
+
+
 def active_topic(conn: apsw.Connection, agent: Agent, session_id: str) -> str | None:
     """The topic of the session's latest message (None: no message, or it has none)."""
     row = conn.execute(
@@ -133,7 +140,12 @@ def compared(
         (*agent, session_id, COMPARED),
     ).fetchall()
     profiles = [
-        TopicProfile(topic_id=str(topic_id), recent=recent_of(str(recent)), meaning=meaning_of(m))
+        TopicProfile(
+            topic_id=str(topic_id),
+            recent=recent_of(str(recent)),
+            meaning=meaning_of(m),
+            words=words_in(str(recent)),
+        )
         for topic_id, recent, m, _ in rows
     ]
     return profiles, max((int(row[3]) for row in rows), default=None)

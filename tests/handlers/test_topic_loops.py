@@ -4,8 +4,11 @@ pointing at the message that opened it; a title, labels and summary without the 
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from handlers.topics.extract import SUMMARY_CHARS, TITLE_CHARS, extract
-from handlers.topics.loops import LoopMessage, OpenLoop, advance, open_loops
+from handlers.topics.loops import CUE, LoopMessage, OpenLoop, advance, has_cue, open_loops
 
 
 def said(*lines: tuple[str, str]) -> list[LoopMessage]:
@@ -126,3 +129,29 @@ def test_the_builtin_extract_gives_a_title_labels_and_a_bounded_summary() -> Non
     bounded = extract(long)
     assert len(bounded.title) <= TITLE_CHARS and len(bounded.summary) <= SUMMARY_CHARS
     assert extract([]).title == "Untitled" and extract([]).summary == "0 messages."
+
+
+CUE_PHRASINGS = [
+    "I need to", "I have to", "I've got to", "I’ve got to", "I must", "we need to", "we have to",
+    "I still need to", "remind me to", "don't forget to", "need to remember to", "to-do", "todo",
+    "adding it to my list", "I'll", "I’ll", "I will", "I'm going to", "I am going to", "let me",
+    "I'm gonna", "will do", "I promise to", "İ'll", "ı will", "İ muſt", "remınd me to",
+    "LET ME", "Todo", "ADD IT TO MY LİST",
+]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(CUE_PHRASINGS),
+            st.sampled_from(["the", "trip", "ok", "I", "ll", "go", "to", "do", "list", "must-see"]),
+            st.text(alphabet="iIİıſKkLlsStTmMuUnNeEdDoO-' ’", max_size=6),
+        ),
+        max_size=8,
+    ).map(" ".join)
+)
+def test_the_cue_test_says_what_the_cue_expression_finds(text: str) -> None:
+    """`has_cue` (a substring test before the expression) agrees with CUE on every text,
+    including case variants re.IGNORECASE matches (Turkish i's, the long s, the Kelvin sign)."""
+    assert has_cue(text) == (CUE.search(text) is not None)

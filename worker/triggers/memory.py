@@ -119,7 +119,8 @@ ACCESS: Write[Accessed, None] = Write(
 
 async def recall(s: Services, req: RecallRequest) -> RecallReply:
     """Replies without waiting for the writer: the access counts are persisted by a
-    non-durable write that follows (at most one batch behind). A reply too large for the NATS
+    non-durable write that follows, with those of the next 50 ms (worker/access_counts.py). A
+    reply too large for the NATS
     connection is refused (413 naming `limit`) before any access is counted."""
     reply, accessed = await _ranked(s, req)
     size = len(msgspec.json.encode(reply))
