@@ -27,7 +27,9 @@ class Snapshot:
     - a memory it holds may be rescored, re-embedded or deleted by a commit that the writer
       applies while the ranking runs; the ranking may then read that memory's old values, its
       new ones, or a mix of both (an old static part with a new recency, a vector half
-      overwritten), so its score may be that of neither version;
+      overwritten), so its score may be that of neither version, and so may the runs around
+      it (handlers/recall/runs.py), so the expanded mode may find the neighbours of memories
+      near it by either version;
     - a memory deleted meanwhile may still be ranked but is never returned (`count_access`
       skips what the index no longer holds, and the rows come from SQLite), so the reply may
       then hold fewer than `limit` memories.
