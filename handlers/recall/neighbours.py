@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from handlers.recall.columns import Columns
-from handlers.recall.runs import runs_of
+from handlers.recall.runs import SPAN, runs_of
 
 if TYPE_CHECKING:
     from handlers.recall.expand import Expansion
@@ -57,11 +57,11 @@ def neighbour_scores(
     if len(busy) == 0:
         return lifted
     rows = columns.rows
-    runs = columns.runs
-    if runs is None:
-        runs = runs_of(columns.live, columns.session, columns.timestamp, rows)
-    centre = slots[busy]
     width = min(2 * reach + 1, rows)  # moved inside the agent where it would pass an end
+    runs = columns.runs
+    if runs is None or width > SPAN + 1:  # the index's look back SPAN slots (runs.py)
+        runs = runs_of(columns.live, columns.session, columns.timestamp, rows, span=width)
+    centre = slots[busy]
     start = np.minimum(np.maximum(centre - reach, 0), rows - width)
     end = start + (width - 1)
     # A window all of the memory's conversation, every memory live and in time order (stored
