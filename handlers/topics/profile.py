@@ -53,18 +53,31 @@ def updated(
     """The profile with one more message: its stems join the window (the oldest leaves) and the
     vocabulary, its vector the running mean. A message without stems leaves the window as it
     was, so acknowledgements do not push the topic's words out."""
-    recent = (*profile.recent, stems)[-WINDOW:] if stems else profile.recent
-    vocabulary = folded(profile.vocabulary, (stems,))
-    meaning = profile.meaning
-    if vector is not None:
-        if meaning is None or len(meaning) != len(vector):
-            meaning = unit(vector)
-        else:
-            new = np.asarray(unit(vector), dtype=np.float64)
-            meaning = unit((1 - MEANING_WEIGHT) * np.asarray(meaning) + MEANING_WEIGHT * new)
     return TopicProfile(
-        topic_id=profile.topic_id, recent=recent, vocabulary=vocabulary, meaning=meaning
+        topic_id=profile.topic_id,
+        recent=window_with(profile.recent, stems),
+        vocabulary=folded(profile.vocabulary, (stems,)),
+        meaning=mean_with(profile.meaning, vector),
     )
+
+
+def window_with(
+    recent: tuple[tuple[str, ...], ...], stems: tuple[str, ...]
+) -> tuple[tuple[str, ...], ...]:
+    """`updated`'s window: the message's stems in, the oldest out (no stems: as it was)."""
+    return (*recent, stems)[-WINDOW:] if stems else recent
+
+
+def mean_with(
+    meaning: tuple[float, ...] | None, vector: tuple[float, ...] | None
+) -> tuple[float, ...] | None:
+    """`updated`'s running mean with the message's vector (None: as it was)."""
+    if vector is None:
+        return meaning
+    if meaning is None or len(meaning) != len(vector):
+        return unit(vector)
+    new = np.asarray(unit(vector), dtype=np.float64)
+    return unit((1 - MEANING_WEIGHT) * np.asarray(meaning) + MEANING_WEIGHT * new)
 
 
 def folded(vocabulary: dict[str, int], windows: Iterable[tuple[str, ...]]) -> dict[str, int]:

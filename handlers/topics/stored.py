@@ -29,7 +29,15 @@ from msgspec import UNSET, UnsetType
 from handlers.topics.assign import Incoming, assign
 from handlers.topics.extract import extract
 from handlers.topics.loops import LoopMessage, OpenLoop, advance
-from handlers.topics.profile import WINDOW, TopicProfile, folded, updated, words_of
+from handlers.topics.profile import (
+    WINDOW,
+    TopicProfile,
+    folded,
+    mean_with,
+    updated,
+    window_with,
+    words_of,
+)
 from handlers.topics.words import keyword_stems, too_short
 from schema.base import Agent
 from schema.errors import InvalidRequest
@@ -271,13 +279,12 @@ def _write_topic(
         return _insert_topic(conn, agent, session_id, choice, m, position)
     recent, meaning, extra_json, loops_json, count, first_at, last_at = current
     extra = _KEPT.decode(extra_json)
-    profile = TopicProfile(
-        topic_id=choice.topic_id, recent=recent_of(str(recent)), meaning=meaning_of(meaning)
-    )
-    profile = updated(profile, tuple(choice.stems), m.vector)
+    # The profile's window and mean with the message (profile.py `updated`; its vocabulary is
+    # folded in below, a window at a time).
+    window = window_with(recent_of(str(recent)), tuple(choice.stems))
     vocabulary, unfolded = extra.vocabulary, extra.unfolded + (1 if choice.stems else 0)
     if unfolded >= WINDOW:  # the window holds exactly the messages waiting
-        words = folded(_VOCABULARY.decode(vocabulary), profile.recent[-unfolded:])
+        words = folded(_VOCABULARY.decode(vocabulary), window[-unfolded:])
         vocabulary, unfolded = msgspec.Raw(_ENCODE.encode(words)), 0
     roles = dict(extra.roles)
     roles[m.role] = roles.get(m.role, 0) + 1
@@ -288,9 +295,9 @@ def _write_topic(
     if loops != loops_was:
         changes["open_loops"] = _ENCODE.encode(loops).decode()
     if choice.stems:
-        changes["recent"] = _ENCODE.encode(profile.recent).decode()
+        changes["recent"] = _ENCODE.encode(window).decode()
     if m.vector is not None:
-        changes["meaning"] = _meaning_column(profile)
+        changes["meaning"] = _meaning_column(mean_with(meaning_of(meaning), m.vector))
     changes |= {
         "message_count": count,
         "first_at": min(int(first_at), m.timestamp),
@@ -311,10 +318,10 @@ def _update_sql(columns: tuple[str, ...]) -> str:
     return f"UPDATE topics SET {sets} WHERE tenant = ? AND agent_id = ? AND id = ?"
 
 
-def _meaning_column(profile: TopicProfile) -> bytes | None:
-    if profile.meaning is None:
+def _meaning_column(meaning: Vector | None) -> bytes | None:
+    if meaning is None:
         return None
-    return np.asarray(profile.meaning, dtype=np.float32).tobytes()
+    return np.asarray(meaning, dtype=np.float32).tobytes()
 
 
 def _insert_topic(
@@ -347,7 +354,7 @@ def _insert_topic(
             m.timestamp,
             position,
             _ENCODE.encode(profile.recent).decode(),
-            _meaning_column(profile),
+            _meaning_column(profile.meaning),
             _ENCODE.encode(Extra(vocabulary=profile.vocabulary, roles=roles, text_at=1)).decode(),
         ),
     )
