@@ -42,36 +42,28 @@ def count_writes(writer: Writer) -> list[int]:
 
 
 async def test_recalls_gathered_are_written_as_one_write_with_summed_counts_and_the_latest_time(
-    nats_url: str, tmp_path: Path
+    worker: App, client: Client, tmp_path: Path
 ) -> None:
-    app = App(worker_config(nats_url, tmp_path / "memory.db"))
-    await app.start()
-    nc = await nats.connect(nats_url)
-    try:
-        client = Client(nc)
-        await client.store("a", "the lake at dawn")
-        await client.store("a", "a heron on the shore")
-        assert app.services is not None
-        app.services.accesses.gather = 60.0  # held until hurried below
-        jobs = count_writes(app.services.writer)
-        replies = [await client.recall("a", "lake", limit=1) for _ in range(3)]
-        replies += [await client.recall("a", "heron", limit=1) for _ in range(2)]
-        assert [reply[0]["content"] for reply in replies] == ["the lake at dawn"] * 3 + [
-            "a heron on the shore"
-        ] * 2
-        assert [reply[0]["accessCount"] for reply in replies] == [1, 2, 3, 1, 2]
-        assert on_file(tmp_path / "memory.db")["the lake at dawn"][0] == 0  # held, not written
-        app.services.accesses.hurry()
-        await asyncio.gather(*app.services.background)
-        lake, heron = replies[2][0], replies[4][0]
-        assert on_file(tmp_path / "memory.db") == {
-            "the lake at dawn": (3, lake["lastAccessed"]),
-            "a heron on the shore": (2, heron["lastAccessed"]),
-        }
-        assert jobs == [1]  # one write for the five recalls of one agent
-    finally:
-        await nc.close()
-        await app.stop()
+    await client.store("a", "the lake at dawn")
+    await client.store("a", "a heron on the shore")
+    assert worker.services is not None
+    worker.services.accesses.gather = 60.0  # held until hurried below
+    jobs = count_writes(worker.services.writer)
+    replies = [await client.recall("a", "lake", limit=1) for _ in range(3)]
+    replies += [await client.recall("a", "heron", limit=1) for _ in range(2)]
+    assert [reply[0]["content"] for reply in replies] == ["the lake at dawn"] * 3 + [
+        "a heron on the shore"
+    ] * 2
+    assert [reply[0]["accessCount"] for reply in replies] == [1, 2, 3, 1, 2]
+    assert on_file(tmp_path / "memory.db")["the lake at dawn"][0] == 0  # held, not written
+    worker.services.accesses.hurry()
+    await asyncio.gather(*worker.services.background)
+    lake, heron = replies[2][0], replies[4][0]
+    assert on_file(tmp_path / "memory.db") == {
+        "the lake at dawn": (3, lake["lastAccessed"]),
+        "a heron on the shore": (2, heron["lastAccessed"]),
+    }
+    assert jobs == [1]  # one write for the five recalls of one agent
 
 
 async def test_a_stop_writes_the_access_counts_held_without_waiting_the_moment_out(
