@@ -1,5 +1,5 @@
-"""The single writer on a real SQLite file, without a bus: savepoints per job, group commit,
-the sync level per batch, replies only after COMMIT, and a clean stop."""
+"""The single writer on a real SQLite file, without a bus: a failing job rolling back alone,
+group commit, the sync level per batch, replies only after COMMIT, and a clean stop."""
 
 from __future__ import annotations
 
@@ -146,6 +146,113 @@ async def test_a_failing_job_does_not_fail_its_batch_mates(writer: Writer) -> No
     assert (first, last) == ("first", "last")
     assert isinstance(raised, ValueError) and "raised" in str(raised)
     assert isinstance(bad_role, apsw.ConstraintError) and "CHECK" in str(bad_role)
+
+
+def counted(job: Job, calls: list[str], name: str) -> Job:
+    def run(conn: apsw.Connection) -> Any:
+        calls.append(name)
+        return job(conn)
+
+    return run
+
+
+def fail_before_writing(conn: apsw.Connection) -> None:
+    raise LookupError("no such memory")
+
+
+async def test_a_job_that_fails_before_writing_runs_its_batch_once(writer: Writer) -> None:
+    """A job that raises without having changed a row needs no undoing: its batch-mates run
+    once, commit, and the failing job gets its own error."""
+    calls: list[str] = []
+    tasks, gate = await one_batch(
+        writer,
+        [
+            (counted(put("first"), calls, "first"), True),
+            (counted(fail_before_writing, calls, "failing"), True),
+            (counted(put("last"), calls, "last"), True),
+        ],
+    )
+    gate.set()
+    _, first, failing, last = await settle(tasks)
+    assert (first, last) == ("first", "last") and isinstance(failing, LookupError)
+    assert calls == ["first", "failing", "last"]
+
+
+async def test_a_job_that_fails_after_writing_runs_its_batch_again_in_savepoints(
+    writer: Writer, db_path: Path
+) -> None:
+    """A job that raises after it wrote makes the batch roll back and run again, each job in a
+    savepoint: every job runs twice, and only the failing job's row is missing."""
+    calls: list[str] = []
+    tasks, gate = await one_batch(
+        writer,
+        [
+            (counted(put("first"), calls, "first"), True),
+            (counted(put_then_fail("raised"), calls, "raised"), True),
+            (counted(put("last"), calls, "last"), True),
+        ],
+    )
+    gate.set()
+    _, first, raised, last = await settle(tasks)
+    assert (first, last) == ("first", "last") and isinstance(raised, ValueError)
+    assert calls == ["first", "raised", "first", "raised", "last"]
+    assert stored_ids(db_path) == {"first", "last"}
+
+
+class SubjournalFiles(apsw.VFS):
+    """The default VFS, counting the bytes SQLite writes to statement journal files."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.written = name, 0
+        super().__init__(name, "")
+
+    def xOpen(self, name: Any, flags: list[int]) -> apsw.VFSFile:
+        if flags[0] & apsw.SQLITE_OPEN_SUBJOURNAL:
+            return _Counted(self, name, flags)
+        return apsw.VFSFile("", name, flags)
+
+
+class _Counted(apsw.VFSFile):
+    def __init__(self, vfs: SubjournalFiles, name: Any, flags: list[int]) -> None:
+        self._vfs = vfs
+        super().__init__("", name, flags)
+
+    def xWrite(self, data: bytes, offset: int) -> None:
+        self._vfs.written += len(data)
+        super().xWrite(data, offset)
+
+
+async def test_a_batch_of_large_jobs_writes_no_statement_journal_file(db_path: Path) -> None:
+    """Jobs that each change more than 64 KiB of pages commit without a statement journal on
+    disk (a savepoint per job copied each job's pages to a temporary file: issue 33)."""
+    vfs = SubjournalFiles(f"subjournal-files-{id(db_path)}")
+    conn = apsw.Connection(str(db_path), vfs=vfs.name)
+    conn.pragma("journal_mode", "wal")
+    writer = Writer(conn)
+    writer.start()
+    try:
+
+        def many(batch: int) -> Job:
+            def job(conn: apsw.Connection) -> int:
+                for n in range(40):
+                    conn.execute(
+                        "INSERT INTO memories (id, agent_id, role, content, hash, importance, "
+                        "confidence, last_accessed, timestamp, created_at) "
+                        "VALUES (?, 'a', 'user', ?, ?, 0.5, 1.0, 0, 0, 0)",
+                        (f"{batch}-{n}", "x" * 2000, f"{batch}-{n}"),
+                    )
+                return batch
+
+            return job
+
+        tasks, gate = await one_batch(writer, [(many(batch), True) for batch in range(4)])
+        gate.set()
+        assert (await settle(tasks))[1:] == [0, 1, 2, 3]
+        assert vfs.written == 0
+    finally:
+        writer.stop()
+        conn.close()
+        vfs.unregister()
 
 
 async def test_a_batch_of_only_non_durable_jobs_commits_with_normal_and_the_next_durable_with_full(

@@ -1,9 +1,15 @@
 """The single writer: one connection on one thread, with group commit.
 
 Every write trigger runs here as a job. Jobs that arrive while a commit is in progress are run
-together in the next transaction, each inside its own savepoint so that one failing job rolls back
-alone, and all of them are acknowledged only after the shared COMMIT (and its fsync) returned. That
-keeps `synchronous=FULL` durability at a fraction of the fsyncs.
+together in the next transaction, and all of them are acknowledged only after the shared COMMIT
+(and its fsync) returned. That keeps `synchronous=FULL` durability at a fraction of the fsyncs.
+
+One failing job rolls back alone, yet jobs do not run in savepoints of their own at first: a
+savepoint makes SQLite copy every page its job changes to a statement journal, which spills to a
+temporary file past 64 KiB (issue 33: 15 writes to that file per store at 64 in flight, and as
+many per recall for the access counts). A job that fails without having changed anything needs no
+undoing; only when one fails after it wrote is the batch rolled back and run again, each job in a
+savepoint (`_guarded`). Jobs touch nothing but the connection, so running one again is safe.
 
 Jobs cross between the event loop and the writer thread in bunches, not one by one: the jobs a
 loop submits in one of its iterations go to the writer as one list (one wake-up of the thread),
@@ -151,12 +157,11 @@ class Writer:
             self._current_level = level
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for job in batch:
-                try:
-                    with conn:  # a savepoint inside the outer transaction
-                        job.result = job.fn(conn)
-                except Exception as error:
-                    job.error = error
+            if not _bare(conn, batch):
+                if not conn.getautocommit():
+                    conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
+                _guarded(conn, batch)
             if self._before_commit is not None:
                 done = [(job.durable, job.result) for job in batch if job.error is None]
                 self._before_commit(conn, done)
@@ -174,3 +179,30 @@ class Writer:
             by_loop.setdefault(job.loop, []).append(job)
         for loop, jobs in by_loop.items():
             loop.call_soon_threadsafe(_settle, jobs)
+
+
+def _bare(conn: apsw.Connection, batch: list[_Job]) -> bool:
+    """Run the jobs one after the other in the open transaction; False as soon as one fails
+    after it changed rows (or its failure ended the transaction): then nothing of the batch
+    holds, and every job is to run again."""
+    for job in batch:
+        before = conn.total_changes()
+        try:
+            job.result = job.fn(conn)
+        except Exception as error:
+            if conn.total_changes() != before or conn.getautocommit():
+                for each in batch:
+                    each.result = each.error = None
+                return False
+            job.error = error
+    return True
+
+
+def _guarded(conn: apsw.Connection, batch: list[_Job]) -> None:
+    """Run each job inside a savepoint of its own, which a failure rolls back alone."""
+    for job in batch:
+        try:
+            with conn:  # a savepoint inside the outer transaction
+                job.result = job.fn(conn)
+        except Exception as error:
+            job.error = error
