@@ -58,11 +58,29 @@ def check_recall(req: RecallRequest, max_query_bytes: int) -> None:
 def record_access(
     conn: apsw.Connection, tenant: str, agent_id: str, accesses: list[tuple[str, int, int]]
 ) -> None:
-    """Persist recalls' accesses, given as (memory id, accesses, the latest one's time)."""
-    conn.executemany(
-        "UPDATE memories SET access_count = access_count + ?, "
-        "last_accessed = max(last_accessed, ?) WHERE tenant = ? AND agent_id = ? AND id = ?",
-        [(count, at, tenant, agent_id, memory_id) for memory_id, count, at in accesses],
+    """Persist recalls' accesses, given as (memory id, accesses, the latest one's time).
+
+    One statement over them all: a statement per memory let go of the GIL once each, and
+    hundreds of them (one gathered write) took turns with the recalls on the event loop."""
+    merged: dict[str, list[int]] = {}
+    for memory_id, count, at in accesses:
+        seen = merged.get(memory_id)
+        if seen is None:
+            merged[memory_id] = [count, at]
+        else:  # one row of the statement per memory: an UPDATE uses one match of each row
+            seen[0] += count
+            seen[1] = max(seen[1], at)
+    conn.execute(
+        "UPDATE memories SET access_count = access_count + access.count, "
+        "last_accessed = max(last_accessed, access.at) "
+        "FROM (SELECT value ->> 0 AS id, value ->> 1 AS count, value ->> 2 AS at "
+        "FROM json_each(?)) AS access "
+        "WHERE memories.id = access.id AND +memories.tenant = ? AND +memories.agent_id = ?",
+        (
+            msgspec.json.encode([[memory_id, *seen] for memory_id, seen in merged.items()]),
+            tenant,
+            agent_id,
+        ),
     )
 
 
