@@ -68,6 +68,9 @@ class Services:
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     # Recalls' access counts not yet written, gathered for a moment (worker/access_counts.py).
     accesses: AccessCounts = field(default_factory=AccessCounts)
+    # Recalled memories' rowids by id, for the next recall's read of their rows (at most
+    # ROWIDS_KEPT: worker/triggers/memory.py).
+    rowids: dict[str, int] = field(default_factory=dict)
     recalls_first: RecallsFirst = field(default_factory=RecallsFirst)
     # The app's telemetry (built before these services): what memory::stats and the
     # maintenance report read and write; dispatch, the scheduler and metrics get it directly.

@@ -50,6 +50,8 @@ from worker.writes import Write, commit
 HERE_ROWS = 50_000
 HERE_QUERY_CHARS = 512
 HERE_VECTOR_VALUES = 8_000_000
+# The recalled memories whose rowids are kept (about 150 bytes each); past it, none are.
+ROWIDS_KEPT = 65_536
 
 
 async def stored(s: Services, req: StoreRequest, prepared: Prepared, reply: StoreReply) -> None:
@@ -98,7 +100,10 @@ def _recall(
         return RecallReply(memories=[], pinned=pinned), now
     ranked = ids_of(found.columns, rows)
     # The rows, with the access counts they hold, in one read; then this recall's count.
-    memories = recall_handler.recalled_rows(conn, tenant, req.agent_id, [i for i, _ in ranked])
+    memories = recall_handler.recalled_rows(
+        conn, tenant, req.agent_id, [i for i, _ in ranked], s.rowids
+    )
+    _keep_rowids(s.rowids, memories)
     counts = found.count_access(
         conn,
         [(memory_id, slot) for (memory_id, _), (slot, _) in zip(ranked, rows, strict=True)],
@@ -106,6 +111,15 @@ def _recall(
     )
     reply = recall_handler.recall_reply(memories, ranked, counts, now=now)
     return msgspec.structs.replace(reply, pinned=pinned), now
+
+
+def _keep_rowids(kept: dict[str, int], rows: dict[str, Any]) -> None:
+    """Where these memories' rows are, for the next recall of any of them (at most
+    ROWIDS_KEPT memories: then it starts again with these)."""
+    if len(kept) + len(rows) > ROWIDS_KEPT:
+        kept.clear()
+    for memory_id, row in rows.items():
+        kept[memory_id] = row[recall_handler.ROWID]
 
 
 ACCESS: Write[Accessed, None] = Write(
