@@ -9,7 +9,8 @@ savepoint makes SQLite copy every page its job changes to a statement journal, w
 temporary file past 64 KiB (issue 33: 15 writes to that file per store at 64 in flight, and as
 many per recall for the access counts). A job that fails without having changed anything needs no
 undoing; only when one fails after it wrote is the batch rolled back and run again, each job in a
-savepoint (`_guarded`). Jobs touch nothing but the connection, so running one again is safe.
+savepoint (`_guarded`). So a job may run twice, its first run rolled back: it keeps its effects
+in the connection, and what must follow its commit (a position in memory) follows its `run`.
 
 Jobs cross between the event loop and the writer thread in bunches, not one by one: the jobs a
 loop submits in one of its iterations go to the writer as one list (one wake-up of the thread),

@@ -144,6 +144,9 @@ class PartitionNode:
         self.applied = seq
 
     def _replay(self, conn: apsw.Connection, seq: int, data: bytes) -> _Replayed:
+        """A writer job: the batch applied and the file's position moved, in the transaction.
+        The position in memory moves once that is committed (`_replayed`): the writer may run a
+        job again after rolling it back (worker/writer.py), which must then apply it again."""
         if seq <= self.applied:
             return REPLAYED  # delivered again: applied already
         if seq != self.applied + 1:
@@ -153,8 +156,14 @@ class PartitionNode:
             )
         for entry in _BATCH.decode(data):
             self.replayer.replay(conn, entry)
-        self._set_applied(conn, seq)
+        conn.execute("UPDATE shard_log SET applied = ? WHERE partition = ?", (seq, self.partition))
         return REPLAYED
+
+    async def _replayed(self, seq: int, data: bytes) -> None:
+        """Replay one logged batch; committed, it is the position this file applied."""
+        assert self.services is not None
+        await self.services.writer.run(lambda conn: self._replay(conn, seq, data))
+        self.applied = max(self.applied, seq)
 
     async def catch_up(self) -> int:
         """Apply every batch the log holds beyond this file, from a snapshot first if the log
@@ -192,9 +201,7 @@ class PartitionNode:
         entries = self.plog.read(self.partition, self.applied)
         try:
             async for entry in entries:
-                await self.services.writer.run(
-                    lambda conn, e=entry: self._replay(conn, e.seq, e.data)  # type: ignore[misc]
-                )
+                await self._replayed(entry.seq, entry.data)
                 applied += 1
                 if entry.seq >= last:
                     break
@@ -223,9 +230,7 @@ class PartitionNode:
         entries = self.plog.read(self.partition, self.applied)
         try:
             async for entry in entries:
-                await self.services.writer.run(
-                    lambda conn, e=entry: self._replay(conn, e.seq, e.data)  # type: ignore[misc]
-                )
+                await self._replayed(entry.seq, entry.data)
         except (asyncio.CancelledError, LogGap):
             raise
         except Exception as error:
