@@ -303,6 +303,58 @@ async def test_a_write_without_decide_and_apply_steps_is_refused_sharded_and_wri
         await app.stop()
 
 
+async def test_a_replayed_batch_whose_writer_batch_runs_again_is_applied_once_more(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """A batch replayed from the log shares a writer batch with a job that fails after writing:
+    the writer rolls the batch back and runs it again (worker/writer.py), and the replay is
+    applied in that second run too: the file's position and the node's are the log's."""
+    import threading
+
+    app = ShardApp(shard_config(nats_url, tmp_path, "s1", partitions=1))
+    await app.start()
+    nc = await nats.connect(nats_url)
+    try:
+        await Client(nc).store("a", "one")
+        node = app.nodes[0]
+        services = node.services
+        assert services is not None and node.applied == 1
+        entries = node.plog.read(0, 0)
+        first = await entries.__anext__()
+        await entries.aclose()
+        behind = await node.plog.append(0, first.data, after=1)  # a batch the file lacks
+        entered, gate = threading.Event(), threading.Event()
+
+        def hold(_: apsw.Connection) -> None:
+            entered.set()
+            gate.wait(10)
+
+        def write_then_fail(conn: apsw.Connection) -> None:
+            conn.execute(
+                "INSERT INTO agent_switch (tenant, agent_id, disabled_at) VALUES ('', 'x', 1)"
+            )
+            raise ValueError("failed after writing")
+
+        held = asyncio.create_task(services.writer.run(hold, durable=False))
+        assert await asyncio.to_thread(entered.wait, 10)
+        catching_up = asyncio.create_task(node.catch_up())
+        await wait_until(lambda: services.writer.queued == 1, "the replay queued", timeout=10)
+        failing = asyncio.create_task(services.writer.run(write_then_fail, durable=False))
+        await wait_until(lambda: services.writer.queued == 2, "both jobs queued", timeout=10)
+        gate.set()
+        await held
+        assert await catching_up == 1
+        with pytest.raises(ValueError, match="failed after writing"):
+            await failing
+        stored = await services.readers.run(
+            lambda conn: conn.execute("SELECT applied FROM shard_log WHERE partition = 0").get
+        )
+        assert node.applied == behind == stored == 2
+    finally:
+        await nc.close()
+        await app.stop()
+
+
 async def test_a_shard_runs_the_schedule_for_its_partitions_and_logs_each_claim(
     nats_url: str, tmp_path: Path
 ) -> None:
