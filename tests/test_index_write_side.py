@@ -119,7 +119,8 @@ def test_growth_past_a_snapshots_room_stays_exact_and_goes_back_to_the_mapped_fi
     reopened = index.agent(KEY)
     assert answers(index) == fresh(path, writer)
     assert reopened.postings.tail.nbytes() < grown_tail / 4  # what came after the snapshot
-    assert reopened.nbytes() < grown_bytes / 4
+    # The saver snapshots while the last stores go on: those after it stay in RAM (its tail).
+    assert reopened.nbytes() < grown_bytes / 3
     index.close()
 
 
