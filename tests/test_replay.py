@@ -6,6 +6,7 @@ applied without their log."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -309,8 +310,6 @@ async def test_a_replayed_batch_whose_writer_batch_runs_again_is_applied_once_mo
     """A batch replayed from the log shares a writer batch with a job that fails after writing:
     the writer rolls the batch back and runs it again (worker/writer.py), and the replay is
     applied in that second run too: the file's position and the node's are the log's."""
-    import threading
-
     app = ShardApp(shard_config(nats_url, tmp_path, "s1", partitions=1))
     await app.start()
     nc = await nats.connect(nats_url)

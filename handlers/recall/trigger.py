@@ -134,23 +134,26 @@ def recalled_rows(
             if rowid is not None:
                 known[rowid] = memory_id
     if known:
-        for row in _recalled(conn, "rowid", (tenant, agent_id, *known)):
+        for row in _recalled(conn, "rowid", tenant, agent_id, list(known)):
             if known.get(row[ROWID]) == row[0]:
                 found[row[0]] = row
     rest = [memory_id for memory_id in memory_ids if memory_id not in found]
     if rest:
-        found.update((row[0], row) for row in _recalled(conn, "id", (tenant, agent_id, *rest)))
+        found.update((row[0], row) for row in _recalled(conn, "id", tenant, agent_id, rest))
     return found
 
 
-def _recalled(conn: apsw.Connection, key: str, bindings: tuple[Any, ...]) -> Any:
-    placeholders = ",".join("?" * (len(bindings) - 2))
+def _recalled(
+    conn: apsw.Connection, key: str, tenant: str, agent_id: str, values: list[Any]
+) -> Any:
+    """The agent's recallable rows whose `key` (rowid or id) is one of `values`."""
+    placeholders = ",".join("?" * len(values))
     return conn.execute(
         f"SELECT {RECALLED_COLUMNS} "
         # `+tenant`, `+agent_id`: look rows up by their key, not by scanning the agent.
         "FROM memories WHERE +tenant = ? AND +agent_id = ? AND forgotten_at IS NULL "
         f"AND {key} IN ({placeholders})",
-        bindings,
+        (tenant, agent_id, *values),
     )
 
 

@@ -140,8 +140,12 @@ class PartitionNode:
         self._set_applied(conn, seq)
 
     def _set_applied(self, conn: apsw.Connection, seq: int) -> None:
-        conn.execute("UPDATE shard_log SET applied = ? WHERE partition = ?", (seq, self.partition))
+        self._record_applied(conn, seq)
         self.applied = seq
+
+    def _record_applied(self, conn: apsw.Connection, seq: int) -> None:
+        """The file's own record of the log sequence it applied (moves with its transaction)."""
+        conn.execute("UPDATE shard_log SET applied = ? WHERE partition = ?", (seq, self.partition))
 
     def _replay(self, conn: apsw.Connection, seq: int, data: bytes) -> _Replayed:
         """A writer job: the batch applied and the file's position moved, in the transaction.
@@ -156,7 +160,7 @@ class PartitionNode:
             )
         for entry in _BATCH.decode(data):
             self.replayer.replay(conn, entry)
-        conn.execute("UPDATE shard_log SET applied = ? WHERE partition = ?", (seq, self.partition))
+        self._record_applied(conn, seq)
         return REPLAYED
 
     async def _replayed(self, seq: int, data: bytes) -> None:
