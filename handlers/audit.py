@@ -52,28 +52,40 @@ class Change:
 def record(conn: apsw.Connection, call: Call | None, changes: Iterable[Change], now: int) -> None:
     """Append one audit row per change that did something. No call: a write outside any trigger
     (a test, an import), which the audit does not describe."""
-    if call is None:
-        return
+    record_all(conn, [(call, changes)], now)
+
+
+def record_all(
+    conn: apsw.Connection, calls: Iterable[tuple[Call | None, Iterable[Change]]], now: int
+) -> None:
+    """record for each call's changes, in order, by one INSERT whatever their number (each
+    statement lets go of the GIL on the writer thread: issue 33)."""
     rows = []
-    for change in changes:
-        count = len(change.ids) if change.count is None else change.count
-        if count == 0:
+    for call, changes in calls:
+        if call is None:
             continue
-        ids = None
-        if change.ids and len(change.ids) <= MAX_IDS:
-            ids = msgspec.json.encode(list(change.ids)).decode()
-        tenant, agent_id = change.agent
-        trigger = change.trigger or call.trigger
-        detail = None if change.detail is None else msgspec.json.encode(change.detail).decode()
-        rows.append(
-            (now, tenant, agent_id, trigger, ids, count, call.source, call.requester, detail)
-        )
+        for change in changes:
+            count = len(change.ids) if change.count is None else change.count
+            if count == 0:
+                continue
+            ids = None
+            if change.ids and len(change.ids) <= MAX_IDS:
+                ids = _JSON.encode(list(change.ids)).decode()
+            tenant, agent_id = change.agent
+            trigger = change.trigger or call.trigger
+            detail = None if change.detail is None else _JSON.encode(change.detail).decode()
+            rows.append(
+                (now, tenant, agent_id, trigger, ids, count, call.source, call.requester, detail)
+            )
     if rows:
         conn.executemany(
             "INSERT INTO audit (at, tenant, agent_id, trigger, ids, count, source, requester, "
             "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
+
+
+_JSON = msgspec.json.Encoder()
 
 
 def purge(conn: apsw.Connection, before: int, scope: str, params: tuple[str, ...]) -> int:

@@ -12,6 +12,10 @@ undoing; only when one fails after it wrote is the batch rolled back and run aga
 savepoint (`_guarded`). So a job may run twice, its first run rolled back: it keeps its effects
 in the connection, and what must follow its commit (a position in memory) follows its `run`.
 
+Neighbouring jobs of a batch that are joinable with the same function run in one call of it
+(`Joinable`): a batch of stores writes its memories by one INSERT, not one each. A run that
+fails runs again job by job, undone first if it wrote.
+
 Jobs cross between the event loop and the writer thread in bunches, not one by one: the jobs a
 loop submits in one of its iterations go to the writer as one list (one wake-up of the thread),
 and a batch's results come back to each loop in one callback (one wake-up of the loop).
@@ -24,7 +28,7 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import apsw
 
@@ -33,12 +37,23 @@ MAX_BATCH = 256
 _LEVELS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 
+class Joinable(NamedTuple):
+    """A job that may run in one call with the jobs next to it in its batch that have the same
+    `run_all`: run_all(connection, their items) returns their results in order, as their own
+    functions would have one after the other. A batch of stores writes its memories that way
+    by a few statements, not four per store (worker/writes.py `decide_and_apply_all`)."""
+
+    run_all: Callable[[apsw.Connection, list[Any]], list[Any]]
+    item: Any
+
+
 @dataclass
 class _Job:
     fn: Callable[[apsw.Connection], Any]
     durable: bool
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
+    joinable: Joinable | None = None
     result: Any = None
     error: BaseException | None = field(default=None)
 
@@ -85,15 +100,21 @@ class Writer:
         self._started = True
         self._thread.start()
 
-    async def run(self, fn: Callable[[apsw.Connection], T], *, durable: bool = True) -> T:
+    async def run(
+        self,
+        fn: Callable[[apsw.Connection], T],
+        *,
+        durable: bool = True,
+        joinable: Joinable | None = None,
+    ) -> T:
         """Run fn in a transaction on the writer thread; return once it is committed to disk.
 
         durable=False is for bookkeeping that may be lost on power loss (recall's access
         counts): a batch of only such jobs commits without an fsync; the next durable commit
-        syncs it along with its own.
+        syncs it along with its own. `joinable`: fn's job as one of a run_all's items.
         """
         loop = asyncio.get_running_loop()
-        job = _Job(fn, durable, loop, loop.create_future())
+        job = _Job(fn, durable, loop, loop.create_future(), joinable)
         submitted = self._submitted.get(loop)
         if submitted is None:
             self._submitted[loop] = [job]
@@ -183,20 +204,71 @@ class Writer:
 
 
 def _bare(conn: apsw.Connection, batch: list[_Job]) -> bool:
-    """Run the jobs one after the other in the open transaction; False as soon as one fails
-    after it changed rows (or its failure ended the transaction): then nothing of the batch
-    holds, and every job is to run again."""
-    for job in batch:
+    """Run the jobs one after the other in the open transaction, each run of joinable jobs with
+    the same run_all in one call; False as soon as one fails after it changed rows (or its
+    failure ended the transaction): then nothing of the batch holds, and every job is to run
+    again. A run that fails before it changed anything runs again job by job."""
+    start = 0
+    while start < len(batch):
+        end = _run_end(batch, start)
+        if end - start == 1:
+            if not _alone(conn, batch, batch[start]):
+                return False
+            start = end
+            continue
+        run = batch[start:end]
         before = conn.total_changes()
         try:
-            job.result = job.fn(conn)
-        except Exception as error:
+            results = _joined(run[0]).run_all(conn, [_joined(job).item for job in run])
+            if len(results) != len(run):
+                raise RuntimeError(f"run_all gave {len(results)} results for {len(run)} jobs")
+        except Exception:
             if conn.total_changes() != before or conn.getautocommit():
-                for each in batch:
-                    each.result = each.error = None
+                _forget(batch)
                 return False
-            job.error = error
+            if not all(_alone(conn, batch, job) for job in run):
+                return False
+        else:
+            for job, result in zip(run, results, strict=True):
+                job.result = result
+        start = end
     return True
+
+
+def _run_end(batch: list[_Job], start: int) -> int:
+    """Where the run of jobs joinable with batch[start] ends (start + 1 when it is not)."""
+    first = batch[start].joinable
+    end = start + 1
+    if first is None:
+        return end
+    while end < len(batch):
+        joinable = batch[end].joinable
+        if joinable is None or joinable.run_all != first.run_all:
+            break
+        end += 1
+    return end
+
+
+def _joined(job: _Job) -> Joinable:
+    assert job.joinable is not None, "a run's jobs are joinable"
+    return job.joinable
+
+
+def _alone(conn: apsw.Connection, batch: list[_Job], job: _Job) -> bool:
+    before = conn.total_changes()
+    try:
+        job.result = job.fn(conn)
+    except Exception as error:
+        if conn.total_changes() != before or conn.getautocommit():
+            _forget(batch)
+            return False
+        job.error = error
+    return True
+
+
+def _forget(batch: list[_Job]) -> None:
+    for job in batch:
+        job.result = job.error = None
 
 
 def _guarded(conn: apsw.Connection, batch: list[_Job]) -> None:

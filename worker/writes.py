@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 import apsw
 import msgspec
 
-from handlers.audit import Call, Change, record
+from handlers.audit import Call, Change, record, record_all
 from handlers.ingested import IngestKey, applied, remember
 from schema.errors import Repeated
 from worker.audit import CALL
+from worker.writer import Joinable
 
 if TYPE_CHECKING:
     from worker.services import Services
@@ -55,6 +56,20 @@ class Write(Generic[D, R]):
     # decision and result (None: nothing): a store's topic due for the LLM's title. `commit`
     # runs it on the event loop; a replay never does.
     followup: Callable[[D, R], Callable[[Services], None] | None] | None = None
+    # Whether a request may be decided and applied together with its batch-mates', and how they
+    # are applied together: see Joined. None: each alone.
+    joined: Joined[D, R] | None = None
+
+
+@dataclass(frozen=True)
+class Joined(Generic[D, R]):
+    """How a batch of one write's calls is applied at once: `apply_all(connection, decisions)`
+    returns what `apply` would have returned for each, one after the other. `fits(request,
+    prepared)` says whether a call may join: its decide reads nothing a batch-mate's apply
+    writes (all of them are decided before any is applied)."""
+
+    fits: Callable[[Any, Any], bool]
+    apply_all: Callable[[apsw.Connection, list[D]], list[R]]
 
 
 class LogEntry(msgspec.Struct, frozen=True, array_like=True):
@@ -113,10 +128,49 @@ def decide_and_apply(
     record(conn, call, write.changes(decision, result), now)
     if key is not None:
         remember(conn, key, now)
+    return _logged(trigger, write, decision, result, now, call, key)
+
+
+def _logged(
+    trigger: str,
+    write: Write[Any, Any],
+    decision: Any,
+    result: Any,
+    now: int,
+    call: Call | None,
+    key: IngestKey | None,
+) -> Logged:
     source, requester = ("bus", None) if call is None else (call.source, call.requester)
     then = None if write.followup is None else write.followup(decision, result)
     reply = write.reply(decision, result)
     return Logged(reply, then, trigger, now, source, requester, decision, key)
+
+
+class Pending(NamedTuple):
+    """A call's write waiting for the writer, to be decided and applied with its batch-mates'."""
+
+    trigger: str
+    write: Write[Any, Any]
+    request: Any
+    prepared: Any
+    call: Call | None
+    clock: Callable[[], int]
+
+
+def decide_and_apply_all(conn: apsw.Connection, pending: list[Pending]) -> list[Logged]:
+    """decide_and_apply for each (none of them ingested), at one time: a run of one write's
+    calls decided, then applied by its Joined.apply_all, then audited by one statement."""
+    logged: list[Logged] = []
+    for write, each in itertools.groupby(pending, key=lambda p: p.write):
+        run = list(each)
+        assert write.joined is not None, "only a Joined write's calls are joinable"
+        now = run[0].clock()
+        decisions = [write.decide(conn, p.request, now, p.prepared) for p in run]
+        results = write.joined.apply_all(conn, decisions)
+        done = list(zip(run, decisions, results, strict=True))
+        record_all(conn, [(p.call, write.changes(d, r)) for p, d, r in done], now)
+        logged += [_logged(p.trigger, write, d, r, now, p.call, None) for p, d, r in done]
+    return logged
 
 
 def ingest_key(trigger: str, call: Call | None) -> IngestKey | None:
@@ -145,11 +199,17 @@ async def commit(
     if prepared is _UNPREPARED:
         prepared = None if write.prepare is None else await write.prepare(services, request)
     call = CALL.get()  # taken here: the writer thread does not share this task's context
+    joinable = None
+    joined = write.joined
+    if joined is not None and ingest_key(trigger, call) is None and joined.fits(request, prepared):
+        pending = Pending(trigger, write, request, prepared, call, services.clock)
+        joinable = Joinable(decide_and_apply_all, pending)
     logged: Logged = await services.writer.run(
         lambda conn: decide_and_apply(
             conn, trigger, write, request, now=services.clock(), prepared=prepared, call=call
         ),
         durable=durable,
+        joinable=joinable,
     )
     if logged.then is not None:
         logged.then(services)

@@ -12,10 +12,13 @@ from handlers.store import estimate_importance
 from tests.handlers.support import NOW, rows, store
 
 
-def test_store_returns_a_new_uuid4_and_keeps_content_and_its_sha256(conn: apsw.Connection) -> None:
+def test_store_returns_a_new_uuid7_of_its_time_and_keeps_content_and_its_sha256(
+    conn: apsw.Connection,
+) -> None:
     reply = store(conn, "a1", "the sky is blue")
     assert reply.stored is True and reply.deduplicated is False
-    assert uuid.UUID(reply.id).version == 4 and len(reply.id) == 36
+    assert uuid.UUID(reply.id).version == 7 and len(reply.id) == 36
+    assert int(uuid.UUID(reply.id).hex[:12], 16) == NOW  # its first 48 bits: the time, in ms
     [(content, digest)] = rows(conn, "SELECT content, hash FROM memories WHERE id = ?", reply.id)
     assert content == "the sky is blue"
     assert digest == hashlib.sha256(b"the sky is blue").hexdigest()

@@ -12,7 +12,6 @@ it is replayed into prompts as the content is.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -26,7 +25,15 @@ from handlers.audit import Change
 from handlers.facts.extract import Statement, extract_statements
 from handlers.facts.from_memory import PlannedFact, apply_planned, plan_facts
 from handlers.sanitize import Sanitized, sanitize
-from handlers.store import Embedding, check_store, place_store
+from handlers.store import (
+    Embedding,
+    check_store,
+    new_memory,
+    new_memory_id,
+    place_memories,
+    place_store,
+    placed_reply,
+)
 from handlers.switch import switched_off
 from handlers.topics.assign import Incoming
 from handlers.topics.extract import asks_llm
@@ -37,7 +44,7 @@ from schema.life import UpdateReply, UpdateRequest
 from schema.memory import NOT_STORED, StoreReply, StoreRequest
 from worker.recall_index.backfill import DEFER_AT
 from worker.services import Services
-from worker.writes import Write
+from worker.writes import Joined, Write
 
 # Texts longer than this are sanitised on a thread (about 1 ms of rules at this size).
 THREAD_AT = 16_384
@@ -153,7 +160,7 @@ def choose_topic(conn: apsw.Connection, req: StoreRequest, p: Prepared) -> Topic
 def decide_store(conn: apsw.Connection, req: StoreRequest, now: int, p: Prepared) -> Stored:
     return Stored(
         request=p.request,
-        id=str(uuid.uuid4()),
+        id=new_memory_id(now),
         at=now,
         redactions=p.found.redactions,
         flags=p.found.flags,
@@ -204,6 +211,46 @@ def apply_store(conn: apsw.Connection, d: Stored) -> StoreDone:
         placed,
         appended,
     )
+
+
+def apply_stores(conn: apsw.Connection, ds: list[Stored]) -> list[StoreDone]:
+    """apply_store for each, in order, each run of plain ones (a memory and nothing else: no
+    session, no facts) placed together by place_memories."""
+    done: list[StoreDone] = []
+    run: list[Stored] = []
+    for d in ds:
+        if d.request.session_id is UNSET and d.topic is None and not d.facts:
+            run.append(d)
+            continue
+        done += _apply_plain(conn, run)
+        run = []
+        done.append(apply_store(conn, d))
+    return done + _apply_plain(conn, run)
+
+
+def _apply_plain(conn: apsw.Connection, run: list[Stored]) -> list[StoreDone]:
+    agents = {agent_of(d.request) for d in run}
+    off = {agent for agent in agents if switched_off(conn, agent)}
+    news = [
+        new_memory(
+            d.request,
+            now=d.at,
+            embedding=_vector(d.model, d.vector),
+            memory_id=d.id,
+            flags=d.flags,
+        )
+        for d in run
+        if agent_of(d.request) not in off
+    ]
+    placed = iter(place_memories(conn, news))
+    done = []
+    for d in run:
+        if agent_of(d.request) in off:
+            done.append(StoreDone(NOT_STORED, False))
+            continue
+        each = next(placed)
+        done.append(StoreDone(msgspec.structs.replace(placed_reply(each), facts=[]), each.restored))
+    return done
 
 
 def sanitiser_detail(rules: list[str], flags: list[str]) -> dict[str, Any] | None:
@@ -289,6 +336,9 @@ STORE: Write[Stored, StoreDone] = Write(
     changes=store_changes,
     prepare=prepare_after_recalls,
     followup=title_followup,
+    # A store without a session decides from nothing in the database (its topic is chosen
+    # from its session's), so a batch of them is decided, then placed, at once.
+    joined=Joined(fits=lambda req, _: req.session_id is UNSET, apply_all=apply_stores),
 )
 
 
