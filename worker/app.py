@@ -13,6 +13,7 @@ finish, and only then closes the writer and the file, so nothing acknowledged is
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import gc
 import inspect
@@ -28,6 +29,7 @@ import structlog
 
 from scheduler.jobs import Schedule, default_jobs
 from scheduler.runner import Scheduler
+from worker.affinity import every_cpu, pin_to_one_cpu
 from worker.bus import MemoryService
 from worker.config import Config
 from worker.connection import connect
@@ -122,6 +124,11 @@ class App:
             )
             self._on_stop("embedded", embedded.stop)
             await embedded.start()
+        if config.pin_threads:  # after the embedded server: a child process inherits it
+            asyncio.get_running_loop().set_default_executor(
+                concurrent.futures.ThreadPoolExecutor(initializer=every_cpu)
+            )
+            pin_to_one_cpu()  # the writer's thread, started below, inherits it
         self.nc = nc = await connect(self.nats_url, config, on_closed=self._nats_closed)
         # Closes it if the start fails before the drain below is pushed (skipped once drained).
         self._on_stop("nats", nc.close, needs_nats=True)

@@ -43,6 +43,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     # back (worker/recalls_first.py); 0: never.
     recalls_first_ms: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 250
     synchronous: Literal["full", "normal"] = "full"
+    # The event loop's thread and the writer's kept on one CPU (worker/affinity.py).
+    pin_threads: bool = True
     ingest: bool = True
     keyword: Literal["share", "idf", "stems"] = "stems"
     # `extract`: memory::store asserts the first-person facts its text states (section 19);

@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 import apsw
 
+from worker.affinity import every_cpu
 from worker.db import open_db
 from worker.turns import TURN
 
@@ -40,7 +41,9 @@ class Readers:
         self._local = threading.local()
         self._opened: list[apsw.Connection] = []
         self._guard = threading.Lock()
-        self._pool = concurrent.futures.ThreadPoolExecutor(threads + 1, thread_name_prefix="reader")
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            threads + 1, thread_name_prefix="reader", initializer=every_cpu
+        )
         self._per_key = threads
         # Under _guard: calls waiting by key, keys in the order of their next turn; calls
         # running by key.

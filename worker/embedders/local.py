@@ -25,6 +25,7 @@ from typing import Protocol
 
 import numpy as np
 
+from worker.affinity import every_cpu
 from worker.embedders import Vector
 from worker.recalls_first import RecallsFirst
 from worker.turns import TURN, fair_order
@@ -62,6 +63,7 @@ def _lower_priority() -> None:
     """Nice the calling thread PASSAGE_NICENESS below its own (Linux schedules threads one by
     one; elsewhere, no-op). Below its own, not to an absolute level: a worker started under
     `nice -n 15` gave its stored texts 10, above its queries (root may raise a priority)."""
+    every_cpu()
     with contextlib.suppress(AttributeError, OSError):
         thread = threading.get_native_id()
         niceness = os.getpriority(os.PRIO_PROCESS, thread) + PASSAGE_NICENESS
@@ -82,18 +84,18 @@ class BatchingEmbedder:
         self._query_lanes = 1 if self._shared else QUERY_LANES
         self._pools = {
             True: concurrent.futures.ThreadPoolExecutor(
-                self._query_lanes, thread_name_prefix="embedder-query"
+                self._query_lanes, thread_name_prefix="embedder-query", initializer=every_cpu
             ),
             False: concurrent.futures.ThreadPoolExecutor(
                 passage_lanes,
                 thread_name_prefix="embedder-passage",
-                initializer=None if self._shared else _lower_priority,
+                initializer=every_cpu if self._shared else _lower_priority,
             ),
         }
         # Stored texts whose second's recalls-first budget is spent run at full priority here
         # (an unprivileged thread can lower its priority but never raise it back).
         self._due = concurrent.futures.ThreadPoolExecutor(
-            passage_lanes, thread_name_prefix="embedder-passage-due"
+            passage_lanes, thread_name_prefix="embedder-passage-due", initializer=every_cpu
         )
         self._lane_count = {True: self._query_lanes, False: passage_lanes}
         self._in_progress: Counter[str] = Counter()  # keys of the queries in the model now

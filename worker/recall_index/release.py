@@ -21,6 +21,8 @@ import ctypes.util
 import threading
 from collections.abc import Callable
 
+from worker.affinity import every_cpu
+
 RELEASE_FROM = 16 << 20
 PAUSE_S = 1.0
 
@@ -64,6 +66,7 @@ class Releaser:
                 self._thread.start()
 
     def _run(self) -> None:
+        every_cpu()
         while not self._stop.is_set():
             self._wake.wait()
             if self._stop.is_set():

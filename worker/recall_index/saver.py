@@ -32,6 +32,7 @@ from contextlib import AbstractContextManager
 
 import structlog
 
+from worker.affinity import every_cpu
 from worker.recall_index.agent_index import AgentKey
 from worker.recall_index.frozen import Frozen
 from worker.recall_index.persist import Store
@@ -216,6 +217,7 @@ class Saver:
             ]
 
     def _run(self) -> None:
+        every_cpu()
         while not self._stop:
             self._wake.wait(self._timeout())
             self._wake.clear()
