@@ -117,8 +117,11 @@ FORMULA: dict[str, Any] = {"keyword": "share", "recall": "formula"}
 
 def worker_config(nats_url: str, db_path: Path, **overrides: Any) -> Any:
     """The worker's defaults, except: no embedding model (the builtin one would add its load to
-    every worker a test starts), no scheduled maintenance, and quiet logs."""
+    every worker a test starts), no scheduled maintenance, quiet logs, and no CPU pinning (a
+    worker started in the test process would pin the test's own thread, and every thread it
+    starts after: tests/test_affinity.py runs the worker as a process to test it)."""
     settings: dict[str, Any] = {
+        "pin_threads": False,
         "nats_url": nats_url,
         "db_path": str(db_path),
         "embedder": "none",
