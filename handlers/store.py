@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import os
+import random
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -28,7 +28,7 @@ def new_memory_id(now: int) -> str:
     milliseconds and the rest random. Memories stored one after another get ids next to each
     other in the id's index; a random uuid4 put each new id on a page of its own, which each
     commit wrote to the WAL again (issue 33: a fifth of the writer's time per store)."""
-    rand = int.from_bytes(os.urandom(10), "big")
+    rand = random.getrandbits(80)  # unique, not secret: a memory is reached through its agent
     value = (now & _MS) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64 | 0x2 << 62 | rand & _B
     text = f"{value:032x}"
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
@@ -89,16 +89,6 @@ class Description(msgspec.Struct, frozen=True):
     recall_policy: str = "auto"
     tags: str | None = None
     flags: str | None = None  # what the sanitiser found: a JSON array, or NULL
-
-
-def description_of(req: StoreRequest) -> Description:
-    return Description(
-        summary=None if req.summary is UNSET else req.summary,
-        category=req.category,
-        sensitivity=req.sensitivity,
-        recall_policy=req.recall_policy,
-        tags=tags_column(req.tags),
-    )
 
 
 class Placed(NamedTuple):
@@ -300,13 +290,20 @@ def new_memory(
     embedding: Embedding | None = None,
     memory_id: str | None = None,
     flags: list[str] | None = None,
+    agent: Agent | None = None,
 ) -> NewMemory:
-    """The memory a checked store request places, with the id and flags chosen."""
-    described = msgspec.structs.replace(
-        description_of(req), flags=_JSON.encode(flags).decode() if flags else None
+    """The memory a checked store request places, with the id and flags chosen (and its agent,
+    when the caller has it)."""
+    described = Description(
+        summary=None if req.summary is UNSET else req.summary,
+        category=req.category,
+        sensitivity=req.sensitivity,
+        recall_policy=req.recall_policy,
+        tags=tags_column(req.tags),
+        flags=_JSON.encode(flags).decode() if flags else None,
     )
     return NewMemory(
-        agent=agent_of(req),
+        agent=agent or agent_of(req),
         content=req.content,
         role=req.role,
         timestamp=now if req.timestamp is UNSET else req.timestamp,

@@ -32,8 +32,8 @@ from handlers.store import (
     new_memory_id,
     place_memories,
     place_store,
-    placed_reply,
 )
+from handlers.store import Placed as PlacedMemory
 from handlers.switch import switched_off
 from handlers.topics.assign import Incoming
 from handlers.topics.extract import asks_llm
@@ -229,8 +229,8 @@ def apply_stores(conn: apsw.Connection, ds: list[Stored]) -> list[StoreDone]:
 
 
 def _apply_plain(conn: apsw.Connection, run: list[Stored]) -> list[StoreDone]:
-    agents = {agent_of(d.request) for d in run}
-    off = {agent for agent in agents if switched_off(conn, agent)}
+    agents = [agent_of(d.request) for d in run]
+    off = {agent for agent in set(agents) if switched_off(conn, agent)}
     news = [
         new_memory(
             d.request,
@@ -238,19 +238,23 @@ def _apply_plain(conn: apsw.Connection, run: list[Stored]) -> list[StoreDone]:
             embedding=_vector(d.model, d.vector),
             memory_id=d.id,
             flags=d.flags,
+            agent=agent,
         )
-        for d in run
-        if agent_of(d.request) not in off
+        for d, agent in zip(run, agents, strict=True)
+        if agent not in off
     ]
     placed = iter(place_memories(conn, news))
-    done = []
-    for d in run:
-        if agent_of(d.request) in off:
-            done.append(StoreDone(NOT_STORED, False))
-            continue
-        each = next(placed)
-        done.append(StoreDone(msgspec.structs.replace(placed_reply(each), facts=[]), each.restored))
-    return done
+    return [
+        StoreDone(NOT_STORED, False) if agent in off else _placed_done(next(placed))
+        for agent in agents
+    ]
+
+
+def _placed_done(placed: PlacedMemory) -> StoreDone:
+    reply = StoreReply(
+        id=placed.id, stored=not placed.deduplicated, deduplicated=placed.deduplicated, facts=[]
+    )
+    return StoreDone(reply, placed.restored)
 
 
 def sanitiser_detail(rules: list[str], flags: list[str]) -> dict[str, Any] | None:
