@@ -13,8 +13,9 @@ from typing import Literal
 import apsw
 import msgspec
 
+from handlers.placing import Embedding
 from handlers.session_refs import Ref, read_messages, require_session, write_messages
-from handlers.store import Embedding, insert_memory
+from handlers.store import insert_memory
 from schema.base import agent_of
 from schema.errors import Unavailable
 from schema.session import (

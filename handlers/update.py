@@ -16,7 +16,8 @@ import numpy as np
 from msgspec import UNSET
 
 from handlers.life import MEMORY_COLUMNS, memory_out
-from handlers.store import Embedding, check_store, content_hash
+from handlers.placing import Embedding, content_hash
+from handlers.store import check_store
 from handlers.taxonomy import check_summary, tags_column
 from schema.base import Agent, agent_of
 from schema.errors import Conflict, InvalidRequest, NotFound

@@ -23,7 +23,8 @@ from handlers.sanitize import Sanitized
 from schema.memory import StoreRequest
 from worker.db import migrate, open_db
 from worker.triggers import storing
-from worker.triggers.storing import STORE, Prepared
+from worker.triggers.preparing import Prepared
+from worker.triggers.storing import STORE
 from worker.writes import Pending, decide_and_apply, decide_and_apply_all
 
 NOW = 1_700_000_000_000

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from handlers.store import content_hash, insert_memory
+from handlers.placing import content_hash
+from handlers.store import insert_memory
 from tests.conftest import worker_config
 from tests.support import Client
 from worker.app import App

@@ -12,7 +12,7 @@ import apsw
 import msgspec
 import pytest
 
-from handlers.store import content_hash
+from handlers.placing import content_hash
 from tests.test_transfer import NOW, TABLES, dump, export_bytes, fill, lines_of, migrated
 from worker.config import load_config
 from worker.transfer.commands import (

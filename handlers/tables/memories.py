@@ -17,7 +17,7 @@ from typing import Any
 import apsw
 
 from handlers.audit import Call, Change, record
-from handlers.store import content_hash
+from handlers.placing import content_hash
 from handlers.tables.records import (
     Count,
     NonEmpty,

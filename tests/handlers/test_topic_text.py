@@ -12,7 +12,8 @@ from handlers.sanitize import Sanitized
 from handlers.topics.text import made_text, sample
 from schema.memory import StoreRequest
 from tests.test_transfer import migrated
-from worker.triggers.storing import Prepared, apply_store, decide_store
+from worker.triggers.preparing import Prepared
+from worker.triggers.storing import apply_store, decide_store
 
 AGENT = ("", "a")
 

@@ -16,7 +16,8 @@ from handlers.topics.reading import find_topic
 from handlers.topics.titles import Titled, apply_titled, read_answer, title_sample
 from schema.memory import StoreRequest
 from tests.test_transfer import migrated
-from worker.triggers.storing import Prepared, apply_store, decide_store
+from worker.triggers.preparing import Prepared
+from worker.triggers.storing import apply_store, decide_store
 
 AGENT = ("", "a")
 Role = Literal["user", "assistant", "system"]

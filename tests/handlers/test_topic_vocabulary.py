@@ -18,7 +18,8 @@ from handlers.topics.words import keyword_stems
 from schema.memory import StoreRequest
 from schema.topics import SessionResumeRequest
 from tests.test_transfer import migrated
-from worker.triggers.storing import Prepared, apply_store, decide_store
+from worker.triggers.preparing import Prepared
+from worker.triggers.storing import apply_store, decide_store
 
 # Messages of distinct words, so that each window of stems is told apart.
 WORDS = [

@@ -43,6 +43,7 @@ from schema.memory import StoreReply, StoreRequest
 from schema.session import CompactReply, CompactRequest
 from worker.route import Route
 from worker.services import Services
+from worker.triggers.preparing import Prepared, prepare_store
 from worker.triggers.sessions import (
     Compacted,
     apply_compacted,
@@ -51,13 +52,11 @@ from worker.triggers.sessions import (
     prepare_compaction,
 )
 from worker.triggers.storing import (
-    Prepared,
     Stored,
     StoreDone,
     apply_store,
     decide_store,
     fact_changes,
-    prepare_store,
     store_detail,
     store_reply,
     title_followup,

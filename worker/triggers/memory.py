@@ -39,7 +39,7 @@ from worker.recall_index.view import Snapshot
 from worker.route import Route
 from worker.services import Services
 from worker.triggers import storing
-from worker.triggers.storing import Prepared
+from worker.triggers.preparing import Prepared
 from worker.writes import Write, commit
 
 # A recall ranks on the event loop itself, not on a reader thread, when no reader is busy (so

@@ -25,9 +25,9 @@ import numpy as np
 
 from handlers import listing, session
 from handlers.audit import Change
+from handlers.placing import Embedding
 from handlers.session import CompactionPlan
 from handlers.session_repair import repair
-from handlers.store import Embedding
 from schema.base import agent_of, tenant_of
 from schema.life import SessionGetReply, SessionGetRequest
 from schema.session import (
