@@ -66,10 +66,12 @@ def children(pid: int) -> list[int]:
     return [int(each) for each in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-@pytest.mark.parametrize("pin", ["true", "false"])
+@pytest.mark.parametrize(("pin", "embedder"), [("true", "builtin"), ("false", "none")])
 async def test_a_running_worker_keeps_its_loop_and_writer_on_one_cpu_and_the_rest_on_any(
-    tmp_path: Path, pin: str
+    tmp_path: Path, pin: str, embedder: str
 ) -> None:
+    """With the builtin model, whose runtime starts threads of its own while the worker starts
+    (they keep every CPU too)."""
     from tests.test_cli import free_port
 
     port = free_port()
@@ -77,7 +79,7 @@ async def test_a_running_worker_keeps_its_loop_and_writer_on_one_cpu_and_the_res
         **os.environ,
         "MEMORY_WORKER_EMBEDDED_PORT": str(port),
         "MEMORY_WORKER_DB_PATH": str(tmp_path / "memory.db"),
-        "MEMORY_WORKER_EMBEDDER": "none",
+        "MEMORY_WORKER_EMBEDDER": embedder,
         "MEMORY_WORKER_PIN_THREADS": pin,
     }
     env.pop("MEMORY_WORKER_NATS_URL", None)

@@ -8,14 +8,16 @@ less CPU per store and stored a tenth more per second. Neither thread can use mo
 at a time anyway, as they share the GIL; the threads that run outside it (readers ranking with
 numpy, the model's lanes, the index saver) keep every CPU.
 
-A thread starts with its creator's CPUs, so the threads the loop starts after it is pinned are
-given every CPU back as they start (`every_cpu`, an initializer of their pools), and the loop
-is pinned after the embedded nats-server has started (a child process would inherit it too).
+A thread starts with its creator's CPUs, so the loop is pinned once the worker has started (the
+embedded nats-server, the model's own threads and the writer's were made with every CPU; the
+writer's is then pinned by its id), and the threads the loop starts after that are given every
+CPU back as they start (`every_cpu`, an initializer of their pools).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 # The CPUs the process may use, read at import (before any thread is pinned).
@@ -24,15 +26,18 @@ EVERY_CPU: frozenset[int] = frozenset(
 )
 
 
-def pin_to_one_cpu() -> int | None:
-    """Keep the calling thread on the CPU it runs on now (one of the process's); the CPU, or
-    None where there is nothing to choose (one CPU) or no way to (not Linux)."""
+def pin_to_one_cpu(also: Iterable[int | None] = ()) -> int | None:
+    """Keep the calling thread, and the threads `also` names by native id, on the CPU the
+    calling thread runs on now (one of the process's); the CPU, or None where there is nothing
+    to choose (one CPU) or no way to (not Linux)."""
     if len(EVERY_CPU) < 2 or not hasattr(os, "sched_setaffinity"):
         return None
     cpu = current_cpu()
     if cpu not in EVERY_CPU:
         cpu = min(EVERY_CPU)
-    os.sched_setaffinity(0, {cpu})
+    for thread in (0, *also):
+        if thread is not None:
+            os.sched_setaffinity(thread, {cpu})
     return cpu
 
 

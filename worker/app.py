@@ -124,11 +124,10 @@ class App:
             )
             self._on_stop("embedded", embedded.stop)
             await embedded.start()
-        if config.pin_threads:  # after the embedded server: a child process inherits it
+        if config.pin_threads:  # the loop is pinned once started (below): threads it makes
             asyncio.get_running_loop().set_default_executor(
                 concurrent.futures.ThreadPoolExecutor(initializer=every_cpu)
             )
-            pin_to_one_cpu()  # the writer's thread, started below, inherits it
         self.nc = nc = await connect(self.nats_url, config, on_closed=self._nats_closed)
         # Closes it if the start fails before the drain below is pushed (skipped once drained).
         self._on_stop("nats", nc.close, needs_nats=True)
@@ -173,6 +172,8 @@ class App:
         self._tasks.append(asyncio.create_task(self.scheduler.run()))
         self._tasks.append(asyncio.create_task(storage.watch_other_writers()))
         self._on_stop("tasks", self._cancel_tasks)
+        if config.pin_threads:  # last: what started so far (a model's threads) keeps every CPU
+            pin_to_one_cpu(also=[services.writer.native_id])
         self._started = True
         log.info(
             "worker.started", nats=redact(self.nats_url), db=str(db_path), embedder=config.embedder

@@ -133,6 +133,11 @@ class Writer:
             self._jobs.put(jobs)
 
     @property
+    def native_id(self) -> int | None:
+        """The writer thread's id in the kernel, once started."""
+        return self._thread.native_id
+
+    @property
     def queued(self) -> int:
         """What the writer thread has been handed and not taken yet: jobs, and a stop."""
         return self._handed - self._taken
