@@ -178,9 +178,9 @@ def new_memory(
     )
 
 
-def placed_reply(placed: Placed) -> StoreReply:
+def placed_reply(placed: Placed, facts: list[str] | None = None) -> StoreReply:
     return StoreReply(
-        id=placed.id, stored=not placed.deduplicated, deduplicated=placed.deduplicated
+        id=placed.id, stored=not placed.deduplicated, deduplicated=placed.deduplicated, facts=facts
     )
 
 

@@ -18,7 +18,7 @@ from handlers.audit import Change
 from handlers.facts.from_memory import PlannedFact, apply_planned, plan_facts
 from handlers.placing import Embedding, new_memory_id, place_memories
 from handlers.placing import Placed as PlacedMemory
-from handlers.store import new_memory, place_store
+from handlers.store import new_memory, place_store, placed_reply
 from handlers.switch import switched_off
 from handlers.topics.assign import Incoming
 from handlers.topics.extract import asks_llm
@@ -176,10 +176,7 @@ def _apply_plain(conn: apsw.Connection, run: list[Stored]) -> list[StoreDone]:
 
 
 def _placed_done(placed: PlacedMemory) -> StoreDone:
-    reply = StoreReply(
-        id=placed.id, stored=not placed.deduplicated, deduplicated=placed.deduplicated, facts=[]
-    )
-    return StoreDone(reply, placed.restored)
+    return StoreDone(placed_reply(placed, facts=[]), placed.restored)
 
 
 def sanitiser_detail(rules: list[str], flags: list[str]) -> dict[str, Any] | None:
