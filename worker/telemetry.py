@@ -123,9 +123,15 @@ class Telemetry:
     sanitizer_by_tenant: dict[str, SanitizerCounts] = field(default_factory=dict)
 
     def sanitized(self, tenant: str, redactions: dict[str, int], flags: list[str]) -> None:
-        """What the sanitiser did to one stored or updated text of `tenant`."""
+        """What the sanitiser did to one stored or updated text of `tenant` (most texts: nothing,
+        which counts nothing; every store passes here)."""
+        if not redactions and not flags:
+            return
         self.sanitizer.count(redactions, flags)
-        self.sanitizer_by_tenant.setdefault(tenant, SanitizerCounts()).count(redactions, flags)
+        counts = self.sanitizer_by_tenant.get(tenant)
+        if counts is None:
+            self.sanitizer_by_tenant[tenant] = counts = SanitizerCounts()
+        counts.count(redactions, flags)
 
     def count(
         self, trigger: str, duration_ms: float, error_code: str | None, tenant: str | None = None
