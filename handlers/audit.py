@@ -58,8 +58,8 @@ def record(conn: apsw.Connection, call: Call | None, changes: Iterable[Change], 
 def record_all(
     conn: apsw.Connection, calls: Iterable[tuple[Call | None, Iterable[Change]]], now: int
 ) -> None:
-    """record for each call's changes, in order, by one INSERT whatever their number (each
-    statement lets go of the GIL on the writer thread: issue 33)."""
+    """record for each call's changes, in order, by one INSERT statement stepped for each row
+    (a batch of stores is audited in one call: issue 33)."""
     rows = []
     for call, changes in calls:
         if call is None:

@@ -77,14 +77,16 @@ class NewMemory(NamedTuple):
 
 
 class Held(NamedTuple):
+    """A memory as the agent holds it, as far as placing reads it."""
+
     id: str
     role: str
     timestamp: int
     forgotten: bool
 
 
-# The row of a new memory as place_memories' INSERT reads it from one JSON array per memory
-# (its vector in hex: JSON has no bytes).
+# A new memory's row, bound (rows read from JSON by SQLite cost more: it parsed a row's JSON
+# again for each column).
 _INSERT = (
     "INSERT INTO memories (id, tenant, agent_id, role, content, hash, session_id, importance, "
     "confidence, access_count, last_accessed, timestamp, metadata, embedding, embedding_model, "
@@ -161,8 +163,8 @@ def placed_with_refs(conn: apsw.Connection, news: Sequence[NewMemory]) -> list[t
 def place_memories(conn: apsw.Connection, news: Sequence[NewMemory]) -> list[Placed]:
     """Each memory stored unless its agent has its content already (a later one with an
     earlier one's content is that one's duplicate), as insert_memory would one after the other,
-    by three statements whatever their number: one look-up by the contents' hashes, one INSERT of
-    the new ones and one UPDATE of the forgotten ones that storing restores. Issue 33: four
-    statements per store each let go of the GIL on the writer thread, and each took it back
-    from the event loop only once the loop let go of it."""
+    by three statements whatever their number: one look-up by the contents' hashes, one INSERT
+    stepped for each new one and one UPDATE of the forgotten ones that storing restores.
+    Issue 33: four statements per store each let go of the GIL on the writer thread, and each
+    took it back from the event loop only once the loop let go of it."""
     return [placed for placed, _ in placed_with_refs(conn, news)]
