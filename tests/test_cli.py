@@ -118,6 +118,8 @@ def test_a_bad_variable_stops_start_up_naming_it(tmp_path: Path) -> None:
     assert done.returncode == 78 and "MEMORY_WORKER_EVICT_CRON" in done.stderr
     done = cli("run", env={"MEMORY_WORKER_EMBEDDER": "magic"})
     assert done.returncode == 78 and "MEMORY_WORKER_EMBEDDER" in done.stderr
+    done = cli("run", env={"MEMORY_WORKER_EVENT_LOOP": "trio"})
+    assert done.returncode == 78 and "MEMORY_WORKER_EVENT_LOOP" in done.stderr
 
 
 def test_migrate_creates_the_schema_and_refuses_a_newer_database(tmp_path: Path) -> None:
@@ -132,12 +134,17 @@ def test_migrate_creates_the_schema_and_refuses_a_newer_database(tmp_path: Path)
     assert done.returncode == 1 and "newer" in done.stderr
 
 
+@pytest.mark.parametrize("event_loop", [None, "asyncio"])
 async def test_run_starts_an_embedded_server_serves_and_stops_cleanly_on_sigterm(
-    tmp_path: Path,
+    tmp_path: Path, event_loop: str | None
 ) -> None:
+    """On uvloop's event loop by default (worker/event_loop.py), on asyncio's when asked."""
     port = free_port()
     env = {**os.environ, "MEMORY_WORKER_EMBEDDED_PORT": str(port), "MEMORY_WORKER_EMBEDDER": "none"}
     env.pop("MEMORY_WORKER_NATS_URL", None)
+    env.pop("MEMORY_WORKER_EVENT_LOOP", None)
+    if event_loop is not None:
+        env["MEMORY_WORKER_EVENT_LOOP"] = event_loop
     db = tmp_path / "data" / "memory.db"
     process = subprocess.Popen(
         [*WORKER, "run", "--db", str(db)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -173,6 +180,8 @@ async def test_run_starts_an_embedded_server_serves_and_stops_cleanly_on_sigterm
     events = [json.loads(line) for line in stderr.decode().splitlines()]
     names = [event["event"] for event in events]
     assert "nats.embedded_started" in names and names[-1] == "worker.stopped"
+    [start] = [event for event in events if event["event"] == "worker.started"]
+    assert start["loop"] == (event_loop or "uvloop")
     handled = [event for event in events if event["event"] == "trigger.handled"]
     assert handled and {"trigger", "duration_ms", "outcome", "agent"} <= set(handled[0])
     assert "secret content" not in stderr.decode()

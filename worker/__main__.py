@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Sequence
@@ -210,9 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(config.log_level, config.log_format)
     if args.command == "run":
         from worker.app import run
+        from worker.event_loop import run_on
 
         try:
-            asyncio.run(run(config))
+            run_on(config.event_loop, run(config))
         except (DatabaseTooNew, RuntimeError, OSError) as error:
             print(f"memory-worker: {redact(str(error))}", file=sys.stderr)
             return 1

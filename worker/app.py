@@ -36,6 +36,7 @@ from worker.connection import connect
 from worker.dispatch import Dispatcher
 from worker.embedded import EmbeddedServer
 from worker.embedders.configured import make_embedder
+from worker.event_loop import running_loop_kind
 from worker.ingest import Ingest
 from worker.metrics import MetricsServer
 from worker.recalls_first import RecallsFirst
@@ -176,7 +177,11 @@ class App:
             pin_to_one_cpu(also=[services.writer.native_id])
         self._started = True
         log.info(
-            "worker.started", nats=redact(self.nats_url), db=str(db_path), embedder=config.embedder
+            "worker.started",
+            nats=redact(self.nats_url),
+            db=str(db_path),
+            embedder=config.embedder,
+            loop=running_loop_kind(),
         )
 
     def _on_stop(self, phase: str, step: Callable[[], Any], *, needs_nats: bool = False) -> None:

@@ -45,6 +45,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     synchronous: Literal["full", "normal"] = "full"
     # The event loop's thread and the writer's kept on one CPU (worker/affinity.py).
     pin_threads: bool = True
+    # What runs `memory-worker run`'s event loop (worker/event_loop.py).
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
     ingest: bool = True
     keyword: Literal["share", "idf", "stems"] = "stems"
     # `extract`: memory::store asserts the first-person facts its text states (section 19);
