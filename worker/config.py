@@ -17,6 +17,7 @@ import msgspec
 from croniter import croniter
 
 from handlers.recall.vector_index import VectorIndexSetting
+from worker.event_loop import EventLoop
 from worker.redact import redact
 
 ENV_PREFIX = "MEMORY_WORKER_"
@@ -46,7 +47,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     # The event loop's thread and the writer's kept on one CPU (worker/affinity.py).
     pin_threads: bool = True
     # What runs `memory-worker run`'s event loop (worker/event_loop.py).
-    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    event_loop: EventLoop = "uvloop"
     ingest: bool = True
     keyword: Literal["share", "idf", "stems"] = "stems"
     # `extract`: memory::store asserts the first-person facts its text states (section 19);
