@@ -4,6 +4,7 @@ users of TEAM_A, carol of TEAM_B; `operator` is in the worker's own account."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.shipped_nats import TenantBus, tenant_bus
+from tests.shipped_nats import TenantBus, password, tenant_bus
 from tests.support import Client, Reply, wait_until
 
 
@@ -193,3 +194,28 @@ async def test_an_administrative_store_needs_a_tenant_and_acts_in_the_one_it_nam
     await operator.store("a1", "put here by an operator", tenant="TEAM_A")
     assert contents(await (await bus.user("alice")).recall("a1")) == ["put here by an operator"]
     assert await (await bus.user("carol")).recall("a1") == []
+
+
+async def test_a_tenants_user_fires_and_reads_stats_through_the_cli_on_its_private_inbox(
+    bus: TenantBus,
+) -> None:
+    """`memory-worker fire` and `stats` as alice with `--inbox-prefix _INBOX_alice`: the replies
+    come back on her private inbox, and what she stored is her tenant's. Without it the client
+    waits on `_INBOX.>`, which the shipped config lets no tenant subscribe to: no reply (exit 2)."""
+    from tests.test_cli import cli
+
+    url = bus.url.replace("nats://", f"nats://alice:{password('alice')}@")
+    own = ("--nats-url", url, "--inbox-prefix", "_INBOX_alice")
+    body = '{"agentId": "a1", "content": "fired by alice"}'
+    stored = await asyncio.to_thread(cli, "fire", *own, "memory::store", body)
+    assert stored.returncode == 0, stored.stderr
+    assert json.loads(stored.stdout)["stored"] is True
+    assert contents(await (await bus.user("alice")).recall("a1", "fired")) == ["fired by alice"]
+    assert await (await bus.user("carol")).recall("a1", "fired") == []
+    stats = await asyncio.to_thread(cli, "stats", "--json", *own)
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout)["memories"] == 1
+    shared = await asyncio.to_thread(
+        cli, "fire", "--nats-url", url, "--timeout", "2", "memory::stats"
+    )
+    assert shared.returncode == 2, shared.stderr

@@ -40,6 +40,7 @@ def _client(commands: Any, name: str, help: str, timeout: float) -> argparse.Arg
         name, help=help, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     command.add_argument("--nats-url", help="NATS server (default: MEMORY_WORKER_NATS_URL)")
+    command.add_argument("--inbox-prefix", help="private reply inbox, e.g. _INBOX_alice (tenants)")
     command.add_argument(
         "--timeout",
         type=_seconds,

@@ -60,15 +60,20 @@ def call(
     url: str,
     timeout: float,
     ask: Callable[[MemoryClient, float], Awaitable[T]],
+    inbox_prefix: str | None = None,
 ) -> T | WorkerError | Exit:
     """What `ask` returns from a client connected to url, the worker's refusal, or the exit
     code after a line on stderr saying why there is no reply. Connecting and waiting for the
-    reply share the one timeout: `ask` is given the seconds left."""
+    reply share the one timeout: `ask` is given the seconds left. `inbox_prefix`: a tenant's
+    user's private inbox (`--inbox-prefix`), the only one the shipped NATS configuration lets
+    it subscribe to for its replies."""
 
     async def run() -> T:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        async with await MemoryClient.connect(url, config=config, timeout=timeout) as client:
+        async with await MemoryClient.connect(
+            url, config=config, timeout=timeout, inbox_prefix=inbox_prefix
+        ) as client:
             return await ask(client, max(deadline - loop.time(), 0.001))
 
     try:
@@ -149,7 +154,11 @@ def fire(config: Config, args: argparse.Namespace) -> Exit:
         return Exit.USAGE
     url = client_url(config, args.nats_url)
     answer = call(
-        config, url, args.timeout, lambda client, left: client.request(trigger, body, timeout=left)
+        config,
+        url,
+        args.timeout,
+        lambda client, left: client.request(trigger, body, timeout=left),
+        args.inbox_prefix,
     )
     return _print_reply(answer, lambda text: text)
 
@@ -194,6 +203,7 @@ def stats(config: Config, args: argparse.Namespace) -> Exit:
         url,
         args.timeout,
         lambda client, left: client.request("memory::stats", body, timeout=left),
+        args.inbox_prefix,
     )
     return _print_reply(answer, table)
 
@@ -202,7 +212,9 @@ def check(config: Config, args: argparse.Namespace) -> Exit:
     """nats.micro answers PING by itself, so an answer alone says only that the process is up;
     the worker puts its health in the service metadata that every PING reply carries."""
     url = client_url(config, args.nats_url)
-    answer = call(config, url, args.timeout, lambda client, left: client.ping(timeout=left))
+    answer = call(
+        config, url, args.timeout, lambda client, left: client.ping(timeout=left), args.inbox_prefix
+    )
     if isinstance(answer, Exit):
         return answer
     if isinstance(answer, WorkerError):  # nats.micro never refuses a PING
