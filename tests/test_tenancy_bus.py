@@ -201,7 +201,8 @@ async def test_a_tenants_user_fires_and_reads_stats_through_the_cli_on_its_priva
 ) -> None:
     """`memory-worker fire` and `stats` as alice with `--inbox-prefix _INBOX_alice`: the replies
     come back on her private inbox, and what she stored is her tenant's. Without it the client
-    waits on `_INBOX.>`, which the shipped config lets no tenant subscribe to: no reply (exit 2)."""
+    waits on `_INBOX.>`, which the shipped config lets no tenant subscribe to: no reply (exit 2),
+    and the message says the server refused the inbox and names the flag."""
     from tests.test_cli import cli
 
     url = bus.url.replace("nats://", f"nats://alice:{password('alice')}@")
@@ -219,3 +220,5 @@ async def test_a_tenants_user_fires_and_reads_stats_through_the_cli_on_its_priva
         cli, "fire", "--nats-url", url, "--timeout", "2", "memory::stats"
     )
     assert shared.returncode == 2, shared.stderr
+    assert "refused this client's reply inbox" in shared.stderr
+    assert "--inbox-prefix" in shared.stderr and "alice-secret" not in shared.stderr

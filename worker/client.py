@@ -196,7 +196,8 @@ class MemoryClient:
         except nats.errors.NoRespondersError:
             raise NoWorker(f"no memory worker answers on {shown}") from None
         except TimeoutError:  # nats.errors.TimeoutError is one
-            raise NoWorker(f"no reply within {wait:g}s from {shown}") from None
+            why = _inbox_refused(self.nc)
+            raise NoWorker(f"no reply within {wait:g}s from {shown}{why}") from None
         except (OSError, nats.errors.Error) as error:
             reason = redact(str(error) or type(error).__name__)
             raise Unreachable(f"lost the connection to NATS at {shown}: {reason}") from None
@@ -277,3 +278,16 @@ class MemoryClient:
     topic_get = Sends(topics.GET)
     session_resume = Sends(topics.RESUME)
     agents = Sends(AGENTS)
+
+
+def _inbox_refused(nc: Any) -> str:
+    """What a timeout's message adds when the server refused the subscription to this client's
+    reply inbox (a tenant's user of the shipped NATS configuration without its own prefix): no
+    reply could have come back, whether or not a worker answered."""
+    error = str(nc.last_error or "")
+    if "permissions violation for subscription" not in error.lower():
+        return ""
+    return (
+        f"; the server refused this client's reply inbox ({error}): a tenant's user connects "
+        "with its own (`inbox_prefix`; `--inbox-prefix _INBOX_<user>` on the command line)"
+    )
