@@ -100,10 +100,26 @@ def insert_memory(
         embedding,
         described or Description(),
     )
-    [(placed, held)] = placed_with_refs(conn, [new])
-    if session_id is not None and append_to_session:
-        append_message(conn, agent, session_id, (placed.id, held.role, held.timestamp), now)
+    placed, _ = _place_one(conn, new, now, append=append_to_session)
     return placed
+
+
+def _place_one(
+    conn: apsw.Connection,
+    new: NewMemory,
+    now: int,
+    *,
+    append: bool = True,
+    topic_id: str | None = None,
+) -> tuple[Placed, int | None]:
+    """The memory placed, then (with `append`) named in its session's list as the agent holds
+    it (its role and time: a duplicate's are the memory's own), in `topic_id` when given; where
+    it joined the list (None: no session, or it was there already)."""
+    [(placed, held)] = placed_with_refs(conn, [new])
+    if new.session_id is None or not append:
+        return placed, None
+    ref = (placed.id, held.role, held.timestamp)
+    return placed, append_message(conn, new.agent, new.session_id, ref, now, topic_id)
 
 
 def store(
@@ -198,9 +214,5 @@ def place_store(
     memory joined the session's list (a duplicate does when stored into a session it is not
     in), in `topic_id` when given (section 21)."""
     new = new_memory(req, now=now, embedding=embedding, memory_id=memory_id, flags=flags)
-    [(placed, held)] = placed_with_refs(conn, [new])
-    position = None
-    if new.session_id is not None:  # the list names the memory as it is: its role and time
-        ref = (placed.id, held.role, held.timestamp)
-        position = append_message(conn, new.agent, new.session_id, ref, now, topic_id)
+    placed, position = _place_one(conn, new, now, topic_id=topic_id)
     return StorePlaced(placed_reply(placed), placed.restored, position is not None, position)

@@ -25,8 +25,9 @@ def run_on(kind: EventLoop, main: Coroutine[Any, Any, T]) -> T:
         try:
             import uvloop
         except ImportError:
-            return asyncio.run(main)
-        return uvloop.run(main)
+            pass
+        else:
+            return uvloop.run(main)
     return asyncio.run(main)
 
 
