@@ -106,6 +106,9 @@ class MemoryService:
                 )
             )
             self._take_messages(route, service._endpoints[-1])
+        # The subscriptions reach the server before start returns (a PING answered after them):
+        # a client that sends as soon as the worker says it has started finds a responder.
+        await self._nc.flush()
 
     def _handler(self, route: Route[Any, Any]) -> Any:
         """nats.micro's handler of the endpoint, for a message that reached it (a subscription
