@@ -73,7 +73,8 @@ def _rows(conn: apsw.Connection, agent: Agent, ids: list[str]) -> dict[str, Any]
     return {
         str(row[0]): row
         for row in conn.execute(
-            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND agent_id = ? "
+            # `+tenant`, `+agent_id`: look the ids up in their index, not by walking the agent.
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE +tenant = ? AND +agent_id = ? "
             "AND id IN (SELECT value FROM json_each(?))",
             (*agent, json.dumps(ids)),
         )

@@ -115,7 +115,8 @@ def plan_compaction(conn: apsw.Connection, req: CompactRequest) -> CompactionPla
     contents = {
         row[0]: (row[1], row[2])
         for row in conn.execute(
-            "SELECT id, role, content FROM memories WHERE tenant = ? AND agent_id = ? "
+            # `+tenant`, `+agent_id`: look the ids up in their index, not by walking the agent.
+            "SELECT id, role, content FROM memories WHERE +tenant = ? AND +agent_id = ? "
             "AND id IN (SELECT value FROM json_each(?))",
             (*agent_of(req), json.dumps(ids)),
         )

@@ -24,7 +24,8 @@ def _memories(conn: apsw.Connection, agent: Agent, ids: list[str]) -> dict[str, 
     return {
         row[0]: (row[1], row[2])
         for row in conn.execute(
-            "SELECT id, content, importance FROM memories WHERE tenant = ? AND agent_id = ? "
+            # `+tenant`, `+agent_id`: look the ids up in their index, not by walking the agent.
+            "SELECT id, content, importance FROM memories WHERE +tenant = ? AND +agent_id = ? "
             "AND id IN (SELECT value FROM json_each(?))",
             (*agent, json.dumps(ids)),
         )
@@ -113,7 +114,7 @@ def repair(
         row[0]: row[1]
         for row in conn.execute(
             "SELECT id, length(CAST(content AS BLOB)) FROM memories "
-            "WHERE tenant = ? AND agent_id = ? "
+            "WHERE +tenant = ? AND +agent_id = ? "
             "AND id IN (SELECT value FROM json_each(?))",
             (*agent_of(req), json.dumps([ref[0] for ref in ordered])),
         )
