@@ -116,25 +116,32 @@ def first_by_id(
     tie), each run of ties in ascending id order: every run (`every`), or only the run at the
     cut, whose members compete on id for the places left."""
     count = len(slots)
-    tied = np.ones(max(count - 1, 0), dtype=np.bool_)
-    for key in keys:
+    if count < 2:
+        return list(range(min(count, limit)))
+    tied = keys[0][1:] == keys[0][:-1]
+    for key in keys[1:]:
         tied &= key[1:] == key[:-1]
     if count > limit:
         # The run holding the last place, whole: past the cut only its members can compete.
         after = np.flatnonzero(~tied[limit - 1 :])
         count = limit + int(after[0]) if len(after) else count
         tied = tied[: count - 1]
+    if not tied.any():  # most rankings: no two memories alike on the keys
+        return list(range(min(count, limit)))
     places = list(range(count))
-    ends = [*(np.flatnonzero(~tied) + 1).tolist(), count]
-    starts = [0, *ends[:-1]]
-    if not every:  # only the run at the cut, if it reaches past it
-        starts, ends = starts[-1:], ends[-1:]
-        if ends[0] <= limit:
+    if every:
+        ends = [*(np.flatnonzero(~tied) + 1).tolist(), count]
+        starts = [0, *ends[:-1]]
+    else:  # only the run at the cut, if it reaches past it (the runs before it are not found)
+        if count <= limit:
             return places
+        before = np.flatnonzero(~tied[: limit - 1])
+        starts, ends = [int(before[-1]) + 1 if len(before) else 0], [count]
     ids = columns.ids
     for start, end in zip(starts, ends, strict=True):
         if end - start > 1:
-            places[start:end] = sorted(places[start:end], key=lambda at: ids[int(slots[at])])
+            names = [ids[slot] for slot in slots[start:end].tolist()]
+            places[start:end] = sorted(places[start:end], key=lambda at: names[at - start])
     return places[:limit]
 
 
