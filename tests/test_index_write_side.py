@@ -13,13 +13,21 @@ import apsw
 import pytest
 
 from handlers.store import insert_memory
-from tests.test_index_persist import KEY, answers, filled, fresh, index_on, opened_from_disk
+from tests.test_index_persist import (
+    KEY,
+    answers,
+    filled,
+    fresh,
+    index_on,
+    opened_from_disk,
+    saved,
+)
 from worker.db import migrate, open_db
 from worker.readers import Readers
-from worker.recall_index import persist
+from worker.recall_index import persist, saver
 from worker.recall_index.index import MemoryIndex
 from worker.recall_index.mapping import mapped
-from worker.recall_index.saver import ADOPT_AFTER, SAVE_AFTER
+from worker.recall_index.saver import ADOPT_AFTER, SAVE_AFTER, due
 
 WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta")
 
@@ -107,7 +115,7 @@ def test_growth_past_a_snapshots_room_stays_exact_and_goes_back_to_the_mapped_fi
     index = index_on(path, writer)
     assert mapped(index.agent(KEY).live)
     written = index._saver.written if index._saver else 0
-    stored(index, writer, 400, start=300)  # past the room of 300 + 37 rows
+    stored(index, writer, 400, start=300)  # past the room of 300 + 16 + 75 rows
     grown = index.agent(KEY)
     assert not mapped(grown.live)
     assert answers(index) == fresh(path, writer)
@@ -121,6 +129,40 @@ def test_growth_past_a_snapshots_room_stays_exact_and_goes_back_to_the_mapped_fi
     assert reopened.postings.tail.nbytes() < grown_tail / 4  # what came after the snapshot
     # The saver snapshots while the last stores go on: those after it stay in RAM (its tail).
     assert reopened.nbytes() < grown_bytes / 3
+    index.close()
+
+
+def test_stores_made_while_two_snapshots_are_written_fit_the_room_of_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent opened from a snapshot takes, before it is opened from the next one, the stores
+    made while that snapshot was written, `due` changes, and the stores made while the next is
+    written: with a sixteenth of its rows stored during each write it stays in the mapped
+    files (a room of an eighth was outgrown, and every row copied into RAM), and its answers
+    are a fresh load's. The saver's thread is not started: the test freezes, stores, then
+    writes and reopens, in that order."""
+    monkeypatch.setattr(saver.Saver, "start", lambda self: None)
+    monkeypatch.setattr(persist, "DISK_ROOM", 16)
+    monkeypatch.setattr(saver, "SAVE_AFTER", 16)  # due(rows) is an eighth of the rows
+    path = tmp_path / "memory.db"
+    writer = filled(path, 2048)
+    saved(path, writer)
+    index = index_on(path, writer)
+    assert index._saver is not None and mapped(index.agent(KEY).live)
+    rows = start = 2048
+    for _ in range(3):
+        stored(index, writer, due(rows), start=start)
+        start += due(rows)
+        frozen = index._freeze(KEY)
+        assert frozen is not None
+        stored(index, writer, rows // 16, start=start)  # while it is written
+        start += rows // 16
+        assert mapped(index.agent(KEY).live), f"outgrew the room at {start} rows"
+        assert index._saver.save(KEY, frozen)
+        assert mapped(index.agent(KEY).live), "not opened from the snapshot just written"
+        rows = len(index.agent(KEY).ids)
+    assert rows == start
+    assert answers(index) == fresh(path, writer)
     index.close()
 
 

@@ -32,11 +32,13 @@ from worker.embedded import EmbeddedServer
 SAVER_CHECK_S = 6.0  # a little more than the saver's own CHECK_S
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """The process's RSS now, or with `VmHWM` the highest it has had (a peak that lasted less
+    than a second between two samples included)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return round(int(line.split()[1]) / 1024, 1)
-    raise RuntimeError(f"no VmRSS for {pid}")
+    raise RuntimeError(f"no {field} for {pid}")
 
 
 def snapshots(db_path: Path) -> int:

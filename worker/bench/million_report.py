@@ -7,7 +7,7 @@ from typing import Any
 
 FIGURES = (
     ("stores_per_second", "stores per second (64 in flight)"),
-    ("rss_storing_mb", "worker RSS while storing, highest MB"),
+    ("rss_storing_mb", "worker RSS while storing, highest (VmHWM) MB"),
     ("without_vector", "memories without a vector after the stores"),
     ("fill_s", "file written straight, s"),
     ("no_snapshot_first_recall_ms", "first start without a snapshot: first recall ms"),
