@@ -39,6 +39,7 @@ from worker.embedders.configured import make_embedder
 from worker.event_loop import running_loop_kind
 from worker.ingest import Ingest
 from worker.metrics import MetricsServer
+from worker.recall_index.release import keep_freed_blocks
 from worker.recalls_first import RecallsFirst
 from worker.redact import redact
 from worker.registry import ROUTES
@@ -258,6 +259,7 @@ def settle_collector() -> None:
 
 async def run(config: Config) -> None:
     """The daemon: run until SIGTERM or SIGINT, then shut down cleanly."""
+    keep_freed_blocks()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
