@@ -222,6 +222,28 @@ async def test_a_store_whose_embedding_failed_gets_its_vector_once_the_service_a
         await wait_for_vectors(app.config.db_path, 3, timeout=10)
 
 
+async def test_an_embedding_past_float32s_range_is_refused_not_stored_as_infinity(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """An embedding service that answers 1e39 (finite in JSON, infinite as float32) fails
+    that embedding: the memory is stored without a vector (the backfill tries again later),
+    never with an infinite or NaN one, and recall still ranks it by its words."""
+
+    async def overflowing(msg: Any) -> None:
+        await msg.respond(msgspec.json.encode({"embedding": [1e39, 1.0, 0.5, 0.25]}))
+
+    async with bus_worker(nats_url, tmp_path / "memory.db") as (app, nc):
+        await nc.subscribe("embedding.generate", cb=overflowing)
+        await nc.flush()
+        client = Client(nc)
+        stored = await client.call("memory::store", {"agentId": "a", "content": "blue heron"})
+        assert stored.ok and stored.body["stored"]
+        assert vector_counts(app.config.db_path) == (1, 0)
+        recalled = await client.call("memory::recall", {"agentId": "a", "query": "heron"})
+        assert recalled.ok
+        assert [m["content"] for m in recalled.body["memories"]] == ["blue heron"]
+
+
 async def test_a_compaction_summary_whose_embedding_failed_gets_its_vector_later(
     nats_url: str, tmp_path: Path
 ) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from typing import Any
 
 import msgspec
@@ -35,10 +34,12 @@ class BusEmbedder:
             reply = await call(
                 self._nc, self._subject, {"text": text}, EmbeddingReply, self._timeout
             )
-            values = reply.embedding
-            if not values or not all(math.isfinite(v) for v in values):
+            # As float32 first: 1e39 is finite in JSON and infinite as the float32 it is kept as.
+            with np.errstate(over="ignore"):
+                values = np.asarray(reply.embedding, dtype=np.float32)
+            if not len(values) or not np.isfinite(values).all():
                 raise ValueError("empty or non-finite embedding")
-            vector: Vector = normalise(np.asarray(values, dtype=np.float32))[0]
+            vector: Vector = normalise(values)[0]
             return vector
         except Exception as error:
             reason = error.reason if isinstance(error, CallFailed) else type(error).__name__
