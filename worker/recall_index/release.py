@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from worker.affinity import every_cpu
 
@@ -27,13 +28,18 @@ RELEASE_FROM = 16 << 20
 PAUSE_S = 1.0
 
 
-def malloc_trim() -> Callable[[], None] | None:
-    """glibc's malloc_trim(0), or None where the C library has none."""
+def _libc(function: str) -> Any | None:
+    """The C library's function of that name, or None where it has none (not glibc)."""
     name = ctypes.util.find_library("c")
     try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
+        return getattr(ctypes.CDLL(name), function) if name else None
     except (OSError, AttributeError):
         return None
+
+
+def malloc_trim() -> Callable[[], None] | None:
+    """glibc's malloc_trim(0), or None where the C library has none."""
+    trim = _libc("malloc_trim")
     if trim is None:
         return None
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
@@ -58,11 +64,7 @@ def keep_freed_blocks() -> bool:
     worker (in a process of one thread: 15 faults). These are the values glibc's adjustment
     ends at once a 32 MB block was freed, set from the start; what a release frees still goes
     back (`Releaser`: malloc_trim gives back every free page whatever the threshold)."""
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt if name else None
-    except (OSError, AttributeError):
-        return False
+    mallopt = _libc("mallopt")
     if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
